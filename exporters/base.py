@@ -1,0 +1,116 @@
+"""What every exporter returns: the artifact, its metadata, and validation against eager."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from exporters.validation import ValidationReport, check_shape
+
+# Packages whose versions define an export's environment, per backend.
+BACKEND_PACKAGES: dict[str, tuple[str, ...]] = {
+    "dynamo": ("torch", "transformers"),
+    "onnx": ("torch", "transformers", "onnx", "onnxscript", "onnxruntime"),
+    "executorch": ("torch", "transformers", "executorch", "torchao"),
+}
+
+
+def package_versions(backend: str) -> dict[str, str]:
+    versions = {}
+    for package in BACKEND_PACKAGES[backend]:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions
+
+
+@dataclass
+class ExportMetadata:
+    """Everything a maintainer needs to reproduce or audit one export; written as ``summary.json``."""
+
+    backend: str
+    model_class: str
+    input_names: list[str]
+    input_shapes: dict[str, list[int]]
+    output_names: list[str]
+    dynamic: bool
+    dynamic_dims: dict[str, dict[str, Any]] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    workarounds_fired: dict[str, int] = field(default_factory=dict)
+    workarounds_disabled: list[str] = field(default_factory=list)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class StageClock:
+    """Times the named stages of one export; ``with clock("torch.export"): ...``."""
+
+    def __init__(self, into: dict[str, float]):
+        self.into = into
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.into[name] = round(self.into.get(name, 0.0) + time.perf_counter() - start, 4)
+
+
+@dataclass
+class ExportResult:
+    """An exported artifact plus the means to check it against the eager model it came from.
+
+    ``run_artifact`` maps an input dict to the artifact's flat list of output tensors;
+    ``second_inputs`` (dynamic exports only) holds inputs of another batch/sequence size.
+    """
+
+    artifact: Any
+    metadata: ExportMetadata
+    model: torch.nn.Module = field(repr=False)
+    inputs: dict[str, Any] = field(repr=False)
+    run_artifact: Callable[[Mapping[str, Any]], Iterable[Any]] = field(repr=False)
+    save_artifact: Callable[[Path], Path] = field(repr=False)
+    atol: float = 1e-4
+    rtol: float = 1e-4
+    second_inputs: dict[str, Any] | None = field(default=None, repr=False)
+    validation: ValidationReport | None = None
+
+    def validate(self, raise_on_failure: bool = True) -> ValidationReport:
+        """Compare the artifact with eager at the sample shape and, for dynamic exports, a second shape."""
+        report = ValidationReport(self.atol, self.rtol)
+        cases = [("sample shape", self.inputs)]
+        if self.second_inputs is not None:
+            cases.append(("second shape", self.second_inputs))
+        for label, inputs in cases:
+            report.shapes.append(
+                check_shape(label, inputs, lambda kw: self.model(**kw), self.run_artifact, self.atol, self.rtol)
+            )
+        self.validation = report
+        if raise_on_failure:
+            report.raise_for_status()
+        return report
+
+    def save(self, out_dir: Path) -> dict[str, Path]:
+        """Write the artifact and ``summary.json`` (metadata and validation) into ``out_dir``."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        artifact_path = self.save_artifact(out_dir)
+        summary_path = out_dir / "summary.json"
+        summary = {"metadata": self.metadata.as_dict(), "artifact": artifact_path.name}
+        if self.validation is not None:
+            summary["validation"] = self.validation.as_dict()
+        summary_path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        return {"artifact": artifact_path, "summary": summary_path}

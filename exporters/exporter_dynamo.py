@@ -1,0 +1,401 @@
+"""DynamoExporter: a transformers model through ``torch.export`` in five stages.
+
+Every other exporter runs this pipeline first, inside its own patches (see ``exporters.utils`` for the
+nesting order). The stages, in order, each under its banner below:
+
+1. Forward-signature patch — a flat ``forward`` signature of the given input names.
+2. Model patches — ``register_patch("dynamo", ...)`` workarounds.
+3. Pytree registration — ``Cache`` and ``ModelOutput`` subclasses become pytree nodes.
+4. Dynamic shapes — ``Dim.AUTO`` everywhere when ``dynamic=True``, unless overridden.
+5. State cleanup — tensor attributes that forward set during tracing are put back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sympy
+import torch
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.export import Dim, ExportedProgram
+
+from exporters.base import ExportMetadata, ExportResult, StageClock, package_versions
+from exporters.utils import HitLog, check_disabled_names, installed_patches, tracking_hits
+from exporters.validation import named_tensors
+
+__all__ = ["DynamoConfig", "DynamoExporter", "second_shape_inputs"]
+
+
+@dataclass
+class DynamoConfig:
+    """How to run ``torch.export``.
+
+    ``without`` names workarounds to leave out (a necessity probe); every other one stays installed.
+    Tolerances: Dynamo keeps fp32 graphs, so 1e-4 / 1e-4 is tight and still above float noise.
+    """
+
+    dynamic: bool = False
+    dynamic_shapes: Any = None
+    strict: bool = False
+    without: frozenset[str] = frozenset()
+    atol: float = 1e-4
+    rtol: float = 1e-4
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["without"] = sorted(self.without)
+        data["dynamic_shapes"] = None if self.dynamic_shapes is None else repr(self.dynamic_shapes)
+        return data
+
+
+class DynamoExporter:
+    """``DynamoExporter(DynamoConfig(dynamic=True)).export(model, inputs, validate=True)``."""
+
+    backend = "dynamo"
+
+    def __init__(self, config: DynamoConfig | None = None):
+        self.config = config or DynamoConfig()
+
+    def export(self, model: torch.nn.Module, inputs: Mapping[str, Any], *, validate: bool = False) -> ExportResult:
+        check_disabled_names(self.config.without)
+        model.eval()
+        inputs = dict(inputs)
+        stage_seconds: dict[str, float] = {}
+        hits = HitLog()
+        with tracking_hits(hits):
+            program = self.export_program(model, inputs, StageClock(stage_seconds))
+        result = ExportResult(
+            artifact=program,
+            metadata=describe_export(self.backend, model, inputs, program, self.config, hits, stage_seconds),
+            model=model,
+            inputs=inputs,
+            run_artifact=lambda kw: [t for _, t in named_tensors(program.module()(**kw))],
+            save_artifact=lambda out: _save_program(program, out / "model.pt2"),
+            atol=self.config.atol,
+            rtol=self.config.rtol,
+            second_inputs=second_shape_inputs(program, inputs) if self.config.dynamic else None,
+        )
+        if validate:
+            result.validate()
+        return result
+
+    def export_program(self, model: torch.nn.Module, inputs: dict[str, Any], clock: StageClock) -> ExportedProgram:
+        """Stages 1-5 around one ``torch.export.export`` call (also used by the ONNX and ExecuTorch exporters)."""
+        register_pytree_types(model)
+        dynamic_shapes = dynamic_shapes_for(inputs, self.config)
+        with (
+            clock("torch.export"),
+            torch.no_grad(),
+            flat_forward_signature(model, list(inputs)),
+            installed_patches("dynamo", self.config.without),
+            cleaned_model_state(model),
+        ):
+            return torch.export.export(
+                model, args=(), kwargs=inputs, dynamic_shapes=dynamic_shapes, strict=self.config.strict
+            )
+
+
+def _save_program(program: ExportedProgram, path: Path) -> Path:
+    torch.export.save(program, str(path))
+    return path
+
+
+def describe_export(
+    backend: str,
+    model: torch.nn.Module,
+    inputs: Mapping[str, Any],
+    program: ExportedProgram,
+    config: Any,
+    hits: HitLog,
+    stage_seconds: dict[str, float],
+) -> ExportMetadata:
+    """Metadata for one export; output names come from the program's output structure."""
+    with torch.no_grad():
+        output_names = [name for name, _ in named_tensors(_fake_free_outputs(program, inputs))]
+    return ExportMetadata(
+        backend=backend,
+        model_class=type(model).__name__,
+        input_names=list(inputs),
+        input_shapes={k: list(v.shape) for k, v in inputs.items() if isinstance(v, torch.Tensor)},
+        output_names=output_names,
+        dynamic=bool(getattr(config, "dynamic", False)),
+        dynamic_dims=dynamic_dim_ranges(program),
+        versions=package_versions(backend),
+        config=config.as_dict(),
+        workarounds_fired=dict(sorted(hits.counts.items())),
+        workarounds_disabled=sorted(getattr(config, "without", ())),
+        stage_seconds=stage_seconds,
+    )
+
+
+def _fake_free_outputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> Any:
+    """The output structure of the program, rebuilt from the graph's output metadata (no execution)."""
+    output_node = next(n for n in reversed(program.graph.nodes) if n.op == "output")
+    user_count = len(program.graph_signature.user_outputs)
+    metas = [arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg for arg in output_node.args[0]]
+    leaves = metas[len(metas) - user_count :]
+    out_spec = program.call_spec.out_spec
+    return pytree.tree_unflatten(leaves, out_spec) if out_spec is not None else leaves
+
+
+# ── Stage 1: Forward-signature patch ──
+# torch.export maps kwargs to the parameters of ``model.forward``. transformers' forwards end in
+# ``**kwargs``; a dynamic_shapes dict keyed by input name then no longer lines up with the signature.
+# A flat signature made of exactly the given input names fixes that. Internal, not an extension point.
+@contextlib.contextmanager
+def flat_forward_signature(model: torch.nn.Module, names: list[str]) -> Iterator[None]:
+    original = model.forward
+    had_instance_forward = "forward" in vars(model)
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        kwargs.update(zip(names, args))
+        return original(**kwargs)
+
+    forward.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names]
+    )
+    model.forward = forward
+    try:
+        yield
+    finally:
+        if had_instance_forward:
+            model.forward = original
+        else:
+            del model.forward
+
+
+# ── Stage 2: Model patches ──
+# ``installed_patches("dynamo", without)`` from exporters.utils; the patches themselves are registered
+# with ``@register_patch("dynamo", ...)`` in exporters/patches_dynamo.py.
+
+
+# ── Stage 3: Pytree registration ──
+# torch.export flattens inputs and outputs with torch's pytree. transformers registers ModelOutput
+# subclasses itself, but not Cache subclasses: without this stage a model returning a DynamicCache fails
+# with "Found <class 'DynamicCache'> in output, which is not a known type".
+def _flatten_to_context(obj: Any) -> tuple[list[Any], list[tuple[str, Any]]]:
+    """Split an object's attributes into tensor-holding children and a constant context.
+
+    Children are attributes holding tensors (directly, or inside lists/tuples/dicts/objects, which pytree
+    recurses into once registered); everything else goes into the context unchanged.
+    """
+    children: list[Any] = []
+    context: list[tuple[str, Any]] = []
+    for name, value in vars(obj).items():
+        if _holds_tensors(value):
+            children.append(value)
+            context.append((name, _CHILD))
+        else:
+            context.append((name, value))
+    return children, context
+
+
+def _unflatten_from_context(cls: type, children: list[Any], context: list[tuple[str, Any]]) -> Any:
+    instance = cls.__new__(cls)
+    remaining = iter(children)
+    for name, value in context:
+        instance.__dict__[name] = next(remaining) if value is _CHILD else value
+    return instance
+
+
+class _ChildMarker:
+    def __repr__(self) -> str:
+        return "<child>"
+
+
+_CHILD = _ChildMarker()
+
+
+def _holds_tensors(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if depth > 4:
+        return False
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensors(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_tensors(v, depth + 1) for v in value.values())
+    if hasattr(value, "__dict__") and not isinstance(value, (type, torch.nn.Module)):
+        return any(_holds_tensors(v, depth + 1) for v in vars(value).values())
+    return False
+
+
+def _register_walked_type(cls: type) -> None:
+    if cls in pytree.SUPPORTED_NODES:
+        return
+
+    def flatten_with_keys(obj: Any) -> tuple[list[tuple[Any, Any]], Any]:
+        children, context = _flatten_to_context(obj)
+        names = [name for name, value in context if value is _CHILD]
+        return [(pytree.GetAttrKey(n), c) for n, c in zip(names, children)], context
+
+    pytree.register_pytree_node(
+        cls,
+        _flatten_to_context,
+        lambda children, context: _unflatten_from_context(cls, list(children), context),
+        serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
+        flatten_with_keys_fn=flatten_with_keys,
+    )
+
+
+def _subclasses(cls: type) -> Iterator[type]:
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+def register_pytree_types(model: torch.nn.Module) -> None:
+    """Register every loaded Cache subclass and its layer types (idempotent, process-wide)."""
+    from transformers.cache_utils import Cache, CacheLayerMixin
+
+    # Explicit branch: a cache's layers are CacheLayerMixin objects inside a list; register them too so
+    # the walk reaches their key/value tensors.
+    for base in (Cache, CacheLayerMixin):
+        for cls in [base, *_subclasses(base)]:
+            if not inspect.isabstract(cls):
+                _register_walked_type(cls)
+    module = inspect.getmodule(type(model))
+    for _, cls in inspect.getmembers(module, inspect.isclass):
+        if cls.__module__ == type(model).__module__ and cls.__name__.endswith("Cache"):
+            _register_walked_type(cls)
+
+
+# ── Stage 4: Dynamic shapes ──
+# ``dynamic=True`` lets torch.export decide every dimension (Dim.AUTO): dims the model really fixes are
+# specialised, the rest stay symbolic. ``DynamoConfig.dynamic_shapes`` overrides the whole spec.
+def dynamic_shapes_for(inputs: Mapping[str, Any], config: DynamoConfig) -> Any:
+    if config.dynamic_shapes is not None:
+        return config.dynamic_shapes
+    if not config.dynamic:
+        return None
+    return {name: _auto_spec(value) for name, value in inputs.items()}
+
+
+def _auto_spec(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return dict.fromkeys(range(value.dim()), Dim.AUTO)
+    if type(value) in (list, tuple):
+        return type(value)(_auto_spec(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _auto_spec(v) for k, v in value.items()}
+    if type(value) in pytree.SUPPORTED_NODES:
+        children, _ = pytree.SUPPORTED_NODES[type(value)].flatten_fn(value)
+        return [_auto_spec(child) for child in children]
+    return None
+
+
+def _user_input_sizes(program: ExportedProgram) -> dict[str, tuple[Any, ...]]:
+    """Placeholder shapes (ints and SymInts) of the top-level tensor inputs, by input name."""
+    user_inputs = set(program.graph_signature.user_inputs)
+    return {
+        node.name: tuple(node.meta["val"].shape)
+        for node in program.graph.nodes
+        if node.op == "placeholder" and node.name in user_inputs and isinstance(node.meta.get("val"), torch.Tensor)
+    }
+
+
+def dynamic_dim_ranges(program: ExportedProgram) -> dict[str, dict[str, Any]]:
+    """``{input: {dim index: {"symbol", "min", "max"}}}`` for every symbolic input dim."""
+    ranges: dict[str, dict[str, Any]] = {}
+    for name, sizes in _user_input_sizes(program).items():
+        for index, size in enumerate(sizes):
+            if isinstance(size, torch.SymInt):
+                expr = size.node.expr
+                bounds = [program.range_constraints.get(s) for s in expr.free_symbols]
+                lower = max((int(b.lower) for b in bounds if b is not None), default=None)
+                upper_values = [int(b.upper) for b in bounds if b is not None and isinstance(b.upper, sympy.Integer)]
+                ranges.setdefault(name, {})[str(index)] = {
+                    "symbol": str(expr),
+                    "min": lower,
+                    "max": min(upper_values) if upper_values else None,
+                }
+    return ranges
+
+
+def second_shape_inputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Inputs of another size along every symbolic dim, consistent with the program's constraints.
+
+    Each free symbol moves one step (up when its range allows, else down); dims that are expressions of
+    symbols (``2*s0``) follow. Values keep the originals' character: constant tensors (attention masks)
+    stay constant, integer tensors draw from the originals' value range, floats keep mean and spread.
+    Returns None when the program has no symbolic dim.
+    """
+    sizes = _user_input_sizes(program)
+    hints: dict[sympy.Symbol, int] = {}
+    for name, shape in sizes.items():
+        for index, size in enumerate(shape):
+            if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
+                hints[size.node.expr] = int(inputs[name].shape[index])
+    if not hints:
+        return None
+    moved = {}
+    for symbol, hint in hints.items():
+        bounds = program.range_constraints.get(symbol)
+        upper = bounds.upper if bounds is not None and isinstance(bounds.upper, sympy.Integer) else None
+        moved[symbol] = hint + 1 if upper is None or hint + 1 <= int(upper) else max(hint - 1, 2)
+    generator = torch.Generator().manual_seed(1234)
+    second: dict[str, Any] = dict(inputs)
+    for name, shape in sizes.items():
+        new_shape = [int(s.node.expr.xreplace(moved)) if isinstance(s, torch.SymInt) else int(s) for s in shape]
+        if new_shape != list(inputs[name].shape):
+            second[name] = _resample(inputs[name], new_shape, generator)
+    return second
+
+
+def _resample(original: torch.Tensor, shape: list[int], generator: torch.Generator) -> torch.Tensor:
+    flat = original.flatten()
+    if flat.numel() and (flat == flat[0]).all():
+        return torch.full(shape, flat[0].item(), dtype=original.dtype)
+    if original.dtype == torch.bool:
+        return torch.rand(shape, generator=generator) > 0.5
+    if not original.is_floating_point():
+        low, high = int(flat.min()), int(flat.max())
+        return torch.randint(low, high + 1, shape, generator=generator, dtype=original.dtype)
+    mean, std = original.float().mean(), original.float().std().clamp_min(1e-3)
+    return (torch.randn(shape, generator=generator) * std + mean).to(original.dtype)
+
+
+# ── Stage 5: State cleanup ──
+# Tracing runs forward on fake tensors. Attributes that forward assigns and that did not exist before
+# (torch.export only restores attributes it saw before) keep those fake tensors, and the next eager call
+# or deepcopy breaks on them. Attributes named in _STATEFUL_CACHE_ATTRS are eager-side caches: they are
+# emptied for the trace, so a stale eager value is not baked into the graph, and restored afterwards.
+_STATEFUL_CACHE_ATTRS: list[str] = [
+    "cached_rotary_positional_embedding",  # Wav2Vec2-BERT, SeamlessM4T rotary caches
+    "cached_sequence_length",
+]
+
+
+def _contains_fake(value: Any) -> bool:
+    return any(isinstance(leaf, FakeTensor) for leaf in pytree.tree_leaves(value))
+
+
+@contextlib.contextmanager
+def cleaned_model_state(model: torch.nn.Module) -> Iterator[None]:
+    before = [(module, dict(vars(module))) for module in model.modules()]
+    emptied = [
+        (module, attr, getattr(module, attr))
+        for module in model.modules()
+        for attr in _STATEFUL_CACHE_ATTRS
+        if hasattr(module, attr)
+    ]
+    for module, attr, _ in emptied:
+        setattr(module, attr, None)
+    try:
+        yield
+    finally:
+        for module, attr, value in emptied:
+            setattr(module, attr, value)
+        for module, attributes in before:
+            for name, value in list(vars(module).items()):
+                if _contains_fake(value):
+                    if name in attributes:
+                        setattr(module, name, attributes[name])
+                    else:
+                        delattr(module, name)

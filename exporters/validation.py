@@ -1,0 +1,198 @@
+"""Compare an exported artifact with the eager model, output by output, and say honestly what was shown.
+
+A comparison can only prove something when it could have failed. Three situations prove nothing and are
+reported as such, never as a pass:
+
+* a *degenerate* eager output (non-finite, or so close to zero that ``atol`` alone accepts any answer,
+  or constant across all elements), reported ``inconclusive``;
+* an eager model that gives different answers for the same input twice (it samples noise), reported
+  ``nondeterministic``;
+* no output at all to compare.
+
+Every element must be within ``atol + rtol * |expected|``; there is no "fraction of mismatching elements"
+allowance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+PASS = "pass"
+MISMATCH = "mismatch"
+INCONCLUSIVE = "inconclusive"
+NONDETERMINISTIC = "nondeterministic"
+
+
+class ValidationError(AssertionError):
+    """The exported artifact does not reproduce the eager model (or cannot be shown to)."""
+
+
+def leaf_name(path: tuple[Any, ...]) -> str:
+    """Readable name for a pytree key path: ``logits``, ``past_key_values.layers.0.keys``."""
+    parts = []
+    for key in path:
+        for attribute in ("key", "name", "idx"):
+            if hasattr(key, attribute):
+                parts.append(str(getattr(key, attribute)))
+                break
+        else:
+            parts.append(str(key))
+    return ".".join(parts) or "output"
+
+
+def named_tensors(outputs: Any) -> list[tuple[str, torch.Tensor]]:
+    """Flatten any output structure (ModelOutput, Cache, tuples) to ``(name, tensor)`` pairs in order."""
+    leaves, _ = pytree.tree_flatten_with_path(outputs)
+    return [(leaf_name(path), leaf) for path, leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+
+@dataclass
+class OutputCheck:
+    """One output tensor compared with its eager counterpart."""
+
+    name: str
+    status: str
+    max_abs_diff: float | None
+    eager_max_abs: float | None
+    detail: str = ""
+
+
+@dataclass
+class ShapeCheck:
+    """All outputs compared for one set of input shapes."""
+
+    label: str
+    input_shapes: dict[str, list[int]]
+    outputs: list[OutputCheck] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        statuses = {check.status for check in self.outputs}
+        for status in (MISMATCH, NONDETERMINISTIC, INCONCLUSIVE):
+            if status in statuses:
+                return status
+        return PASS if self.outputs else INCONCLUSIVE
+
+
+@dataclass
+class ValidationReport:
+    """The verdict of one validation: pass only when every output at every shape matched."""
+
+    atol: float
+    rtol: float
+    shapes: list[ShapeCheck] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        statuses = [shape.status for shape in self.shapes]
+        for status in (MISMATCH, NONDETERMINISTIC, INCONCLUSIVE):
+            if status in statuses:
+                return status
+        return PASS if statuses else INCONCLUSIVE
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASS
+
+    @property
+    def max_abs_diff(self) -> dict[str, float]:
+        """Largest absolute difference per output name over all shapes checked."""
+        worst: dict[str, float] = {}
+        for shape in self.shapes:
+            for check in shape.outputs:
+                if check.max_abs_diff is not None:
+                    worst[check.name] = max(worst.get(check.name, 0.0), check.max_abs_diff)
+        return worst
+
+    def problems(self) -> list[str]:
+        return [
+            f"{shape.label}: {check.name}: {check.status}: {check.detail}"
+            for shape in self.shapes
+            for check in shape.outputs
+            if check.status != PASS
+        ]
+
+    def raise_for_status(self) -> None:
+        if not self.passed:
+            problems = self.problems() or ["no output tensor to compare"]
+            raise ValidationError(f"validation {self.status}: " + "; ".join(problems[:5]))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "atol": self.atol, "rtol": self.rtol, "shapes": [asdict(s) for s in self.shapes]}
+
+
+def _degenerate(expected: torch.Tensor, atol: float) -> str:
+    """Why a comparison against this eager output could not fail, or '' when it can."""
+    if not expected.is_floating_point() or expected.numel() == 0:
+        return ""
+    if not torch.isfinite(expected).all():
+        return "eager output holds NaN or inf"
+    magnitude = expected.abs().max().item()
+    if magnitude <= atol:
+        return f"eager output is near zero (max |x| = {magnitude:.3g} <= atol {atol:g})"
+    if expected.numel() > 1 and (expected == expected.flatten()[0]).all():
+        return "eager output is constant"
+    return ""
+
+
+def compare_output(name: str, expected: torch.Tensor, actual: Any, atol: float, rtol: float) -> OutputCheck:
+    """Compare one output; every element must satisfy ``|a - e| <= atol + rtol * |e|``."""
+    actual = torch.as_tensor(actual)
+    if tuple(actual.shape) != tuple(expected.shape):
+        return OutputCheck(name, MISMATCH, None, None, f"shape {list(actual.shape)} != eager {list(expected.shape)}")
+    expected_f = expected.detach().to(torch.float64).cpu()
+    actual_f = actual.detach().to(torch.float64).cpu()
+    eager_max = expected_f.abs().max().item() if expected_f.numel() else 0.0
+    if expected_f.numel() == 0:
+        return OutputCheck(name, PASS, 0.0, 0.0, "empty")
+    diff = (actual_f - expected_f).abs()
+    max_diff = diff.max().item()
+    allowed = atol + rtol * expected_f.abs()
+    bad = ~(diff <= allowed)  # NaN in actual counts as bad
+    if bad.any():
+        return OutputCheck(
+            name, MISMATCH, max_diff, eager_max,
+            f"{int(bad.sum())} of {bad.numel()} elements off (max abs diff {max_diff:.3g}, atol {atol:g}, rtol {rtol:g})",
+        )
+    reason = _degenerate(expected, atol)
+    if reason:
+        return OutputCheck(name, INCONCLUSIVE, max_diff, eager_max, reason)
+    return OutputCheck(name, PASS, max_diff, eager_max)
+
+
+def _same(first: list[tuple[str, torch.Tensor]], second: list[tuple[str, torch.Tensor]]) -> bool:
+    return len(first) == len(second) and all(
+        a.shape == b.shape and torch.equal(a.nan_to_num(), b.nan_to_num()) for (_, a), (_, b) in zip(first, second)
+    )
+
+
+def check_shape(
+    label: str,
+    inputs: Mapping[str, Any],
+    run_eager: Callable[[Mapping[str, Any]], Any],
+    run_exported: Callable[[Mapping[str, Any]], Iterable[Any]],
+    atol: float,
+    rtol: float,
+) -> ShapeCheck:
+    """Run eager twice and the artifact once on ``inputs`` and compare every output by position."""
+    shapes = {name: list(value.shape) for name, value in inputs.items() if isinstance(value, torch.Tensor)}
+    check = ShapeCheck(label, shapes)
+    with torch.no_grad():
+        expected = named_tensors(run_eager(inputs))
+        again = named_tensors(run_eager(inputs))
+    if not _same(expected, again):
+        check.outputs = [OutputCheck(n, NONDETERMINISTIC, None, None, "eager gives different outputs for the same input")
+                         for n, _ in expected]
+        return check
+    actual = list(run_exported(inputs))
+    if len(actual) != len(expected):
+        check.outputs = [OutputCheck("outputs", MISMATCH, None, None,
+                                     f"{len(actual)} outputs from the artifact, {len(expected)} from eager")]
+        return check
+    check.outputs = [compare_output(n, e, a, atol, rtol) for (n, e), a in zip(expected, actual)]
+    return check
