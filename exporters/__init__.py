@@ -1,0 +1,43 @@
+"""exportbot's exporter library: transformers models through torch.export to ONNX and ExecuTorch.
+
+Exporters are imported lazily (``from exporters import OnnxExporter``) so that a Dynamo-only user does not
+pay for importing ONNX or ExecuTorch. ``load_all_workarounds()`` imports every exporter module, which is
+what fills the workaround registry completely (for listing and linting).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+EXPORTER_MODULES = ("exporters.exporter_dynamo", "exporters.exporter_onnx", "exporters.exporter_executorch")
+
+_LAZY = {
+    "DynamoConfig": "exporters.exporter_dynamo",
+    "DynamoExporter": "exporters.exporter_dynamo",
+    "OnnxConfig": "exporters.exporter_onnx",
+    "OnnxExporter": "exporters.exporter_onnx",
+    "ExecutorchConfig": "exporters.exporter_executorch",
+    "ExecutorchExporter": "exporters.exporter_executorch",
+    "ONNX_DISABLE_OPTIMIZE": "exporters.ledger",
+    "EXPORT_SKIPS": "exporters.ledger",
+    "build_tiny": "exporters.tiny",
+}
+
+__all__ = [*_LAZY, "load_all_workarounds"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'exporters' has no attribute {name!r}")
+
+
+def load_all_workarounds() -> None:
+    """Import every exporter module so every ``@register_*`` decorator has run."""
+    for module in EXPORTER_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as error:
+            if error.name != module:  # a missing backend package is a real problem; a missing module is not yet
+                raise

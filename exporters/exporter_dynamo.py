@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ class DynamoExporter:
         model.eval()
         inputs = dict(inputs)
         stage_seconds: dict[str, float] = {}
-        hits = HitLog()
+        hits = HitLog(disabled=self.config.without)
         with tracking_hits(hits):
             program = self.export_program(model, inputs, StageClock(stage_seconds))
         result = ExportResult(

@@ -32,7 +32,9 @@ AUDIO_SAMPLES = 1600
 
 # ── Config shrinking rules: field name → new value (callables receive the old value) ──
 _HIDDEN_FIELDS = ("hidden_size", "d_model", "n_embd", "word_embed_proj_dim")
-_HEAD_FIELDS = ("num_attention_heads", "n_head", "encoder_attention_heads", "decoder_attention_heads")
+_HEAD_FIELDS = (
+    "num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "decoder_attention_heads",
+)
 _LAYER_FIELDS = (
     "num_hidden_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers", "num_layers",
     "num_decoder_layers",
@@ -90,6 +92,8 @@ def shrink_config(config: Any) -> Any:
     if isinstance(fields.get("num_key_value_heads"), int):
         heads = next((fields[f] for f in _HEAD_FIELDS if isinstance(fields.get(f), int)), HEADS)
         config.num_key_value_heads = min(KV_HEADS, heads)
+    if isinstance(fields.get("d_kv"), int):
+        config.d_kv = HIDDEN // HEADS
     if isinstance(fields.get("head_dim"), int):
         config.head_dim = HIDDEN // HEADS
     if isinstance(fields.get("rotary_dim"), int):

@@ -40,14 +40,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "HitLog",
     "Workaround",
     "WorkaroundError",
-    "HitLog",
     "all_workarounds",
     "apply_fx_node_fixes",
     "apply_fx_program_fixes",
     "check_disabled_names",
     "installed_patches",
+    "record_hit",
     "register_fx_node_fix",
     "register_fx_program_fix",
     "register_patch",
@@ -185,9 +186,14 @@ def check_disabled_names(disabled: frozenset[str] | set[str]) -> None:
 # ── Hit tracking ──
 @dataclass
 class HitLog:
-    """Which workarounds actually fired during one export (a patched callable ran, a fix rewrote)."""
+    """Which workarounds actually fired during one export (a patched callable ran, a fix rewrote).
+
+    ``disabled`` holds the workarounds this export runs without, so hooks that apply fixes from deep inside
+    a backend (the ONNX stage 2 hook) honour ``--without`` too.
+    """
 
     counts: dict[str, int] = field(default_factory=dict)
+    disabled: frozenset[str] = frozenset()
 
     def record(self, name: str) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
@@ -200,7 +206,8 @@ class HitLog:
 _ACTIVE_HITS: list[HitLog] = []
 
 
-def _record_hit(name: str) -> None:
+def record_hit(name: str) -> None:
+    """Count one firing of workaround ``name`` in the export being tracked (if any)."""
     if _ACTIVE_HITS:
         _ACTIVE_HITS[-1].record(name)
 
@@ -265,7 +272,7 @@ def _counting(name: str, replacement: Any) -> Any:
 
     @functools.wraps(replacement)
     def counted(*args: Any, **kwargs: Any) -> Any:
-        _record_hit(name)
+        record_hit(name)
         return replacement(*args, **kwargs)
 
     return counted
@@ -314,11 +321,17 @@ def installed_patches(backend: str, disabled: frozenset[str] = frozenset()) -> I
 
 
 # ── Applying FX fixes ──
-def apply_fx_node_fixes(graph_module: Any, backend: str, disabled: frozenset[str] = frozenset()) -> int:
+def _active_disabled() -> frozenset[str]:
+    return _ACTIVE_HITS[-1].disabled if _ACTIVE_HITS else frozenset()
+
+
+def apply_fx_node_fixes(graph_module: Any, backend: str) -> int:
     """Run the node fixes of ``backend`` over every node; the first fix that rewrites a node wins.
 
-    Returns how many nodes were rewritten; dead code is eliminated and the module recompiled after.
+    Fixes disabled for the tracked export are skipped. Returns how many nodes were rewritten; dead code is
+    eliminated and the module recompiled after.
     """
+    disabled = _active_disabled()
     fixes = [w for w in _FX_NODE_FIXES.get(backend, []) if w.name not in disabled]
     if not fixes:
         return 0
@@ -326,7 +339,7 @@ def apply_fx_node_fixes(graph_module: Any, backend: str, disabled: frozenset[str
     for node in list(graph_module.graph.nodes):
         for fix in fixes:
             if fix.func(graph_module, node):
-                _record_hit(fix.name)
+                record_hit(fix.name)
                 rewritten += 1
                 break
     if rewritten:
@@ -335,8 +348,9 @@ def apply_fx_node_fixes(graph_module: Any, backend: str, disabled: frozenset[str
     return rewritten
 
 
-def apply_fx_program_fixes(program: Any, backend: str, disabled: frozenset[str] = frozenset()) -> None:
-    """Run the whole-program fixes of ``backend`` in registration order."""
+def apply_fx_program_fixes(program: Any, backend: str) -> None:
+    """Run the whole-program fixes of ``backend`` in registration order (disabled ones skipped)."""
+    disabled = _active_disabled()
     for fix in _FX_PROGRAM_FIXES.get(backend, []):
         if fix.name not in disabled and fix.func(program):
-            _record_hit(fix.name)
+            record_hit(fix.name)

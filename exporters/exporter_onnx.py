@@ -1,0 +1,284 @@
+"""OnnxExporter: the Dynamo pipeline, then ``torch.onnx.export``, validated in ONNX Runtime.
+
+Stages, each under its banner below (``grep -nE "^def (_patch_|_fix_|_aten_)"`` lists every workaround):
+
+1. Torch patches — ``@register_patch("onnx", ...)`` for torch ops the ONNX exporter cannot translate.
+2. ONNX patches — a hook that re-runs the FX node fixes right after torch.onnx's ``run_decompositions``.
+3. FX node fixes — ``@register_fx_node_fix("onnx")`` for nodes the ONNX exporter cannot lower.
+4. ONNX translations — ``_ONNX_TRANSLATION_TABLE``: aten op → custom onnxscript function ``_aten_*``.
+5. ONNX IR fixes — ``_IR_FIXES``: ``_fix_ir_*`` functions rewriting the finished model for ONNX Runtime.
+
+The onnxscript optimizer runs unless the model class is listed in ``ONNX_DISABLE_OPTIMIZE`` (the
+ledger) for the export's mode, or ``OnnxConfig(optimize=False)``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+import torch
+
+from exporters.base import ExportResult, StageClock
+from exporters.exporter_dynamo import DynamoConfig, DynamoExporter, describe_export, second_shape_inputs
+from exporters.utils import (
+    HitLog,
+    Workaround,
+    announce_workaround,
+    apply_fx_node_fixes,
+    check_disabled_names,
+    installed_patches,
+    record_hit,
+    register_fx_node_fix,
+    register_patch,
+    tracking_hits,
+)
+
+__all__ = ["OnnxConfig", "OnnxExporter"]
+
+# Models whose serialized proto would pass this size are validated from a file with external data.
+_IN_MEMORY_LIMIT = 1 << 30
+
+
+@dataclass
+class OnnxConfig:
+    """How to export to ONNX. Tolerances are ONNX Runtime vs eager in fp32: kernels differ (fused
+    MatMul/Softmax), so rtol is looser than Dynamo's; atol stays at 1e-4."""
+
+    dynamic: bool = False
+    dynamic_shapes: Any = None
+    optimize: bool = True
+    opset_version: int = 18
+    without: frozenset[str] = frozenset()
+    atol: float = 1e-4
+    rtol: float = 1e-3
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["without"] = sorted(self.without)
+        data["dynamic_shapes"] = None if self.dynamic_shapes is None else repr(self.dynamic_shapes)
+        return data
+
+
+class OnnxExporter:
+    """``OnnxExporter(OnnxConfig(dynamic=True)).export(model, inputs, validate=True)``."""
+
+    backend = "onnx"
+
+    def __init__(self, config: OnnxConfig | None = None):
+        self.config = config or OnnxConfig()
+
+    def export(self, model: torch.nn.Module, inputs: Mapping[str, Any], *, validate: bool = False) -> ExportResult:
+        check_disabled_names(self.config.without)
+        model.eval()
+        inputs = dict(inputs)
+        stage_seconds: dict[str, float] = {}
+        clock = StageClock(stage_seconds)
+        hits = HitLog(disabled=self.config.without)
+        dynamo = DynamoExporter(DynamoConfig(
+            dynamic=self.config.dynamic, dynamic_shapes=self.config.dynamic_shapes, without=self.config.without))
+        with tracking_hits(hits), installed_patches("onnx", self.config.without):
+            program = dynamo.export_program(model, inputs, clock)
+            apply_fx_node_fixes(program.graph_module, "onnx")
+            with clock("torch.onnx.export"):
+                onnx_program = torch.onnx.export(
+                    program,
+                    args=(),
+                    kwargs=inputs,
+                    dynamo=True,
+                    optimize=self.config.optimize,
+                    opset_version=self.config.opset_version,
+                    custom_translation_table=translation_table(self.config.without),
+                    verbose=False,
+                )
+        metadata = describe_export(self.backend, model, inputs, program, self.config, hits, stage_seconds)
+        with clock("ir fixes"), tracking_hits(hits):
+            name_graph(onnx_program.model, metadata.output_names, metadata.input_names)
+            apply_ir_fixes(onnx_program.model, self.config.without)
+        metadata.workarounds_fired = dict(sorted(hits.counts.items()))
+        session = _session(onnx_program.model)
+        result = ExportResult(
+            artifact=onnx_program.model,
+            metadata=metadata,
+            model=model,
+            inputs=inputs,
+            run_artifact=lambda kw: _run(session, kw),
+            save_artifact=lambda out: save_model(onnx_program.model, out / "model.onnx"),
+            atol=self.config.atol,
+            rtol=self.config.rtol,
+            second_inputs=second_shape_inputs(program, inputs) if self.config.dynamic else None,
+        )
+        if validate:
+            result.validate()
+        return result
+
+
+def save_model(model: ir.Model, path: Path) -> Path:
+    """Write ``model.onnx``; weights go to ``model.onnx.data`` once the model is large."""
+    size = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+    external = f"{path.name}.data" if size > _IN_MEMORY_LIMIT // 8 else None
+    ir.save(model, str(path), external_data=external)
+    return path
+
+
+def _session(model: ir.Model) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    proto = ir.serde.serialize_model(model)
+    if proto.ByteSize() < _IN_MEMORY_LIMIT:
+        return ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    directory = Path(tempfile.mkdtemp(prefix="exportbot-onnx-"))
+    path = save_model(model, directory / "model.onnx")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _run(session: Any, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+    names = {i.name for i in session.get_inputs()}
+    feed = {k: v.detach().cpu().numpy() for k, v in inputs.items() if k in names and isinstance(v, torch.Tensor)}
+    return [torch.from_numpy(np.asarray(out)) for out in session.run(None, feed)]
+
+
+# ── Readable names ──
+# Graph inputs keep the forward's parameter names (the Dynamo stage 1 signature); outputs take the names of
+# the eager output structure (``logits``, ``past_key_values.layers.0.keys``); symbolic dims get names by
+# their role (``batch``, ``sequence``) instead of torch's ``s43``.
+_DIM_ROLES = {
+    0: "batch",
+}
+_INPUT_DIM_ROLES = {
+    ("input_ids", 1): "sequence",
+    ("attention_mask", 1): "sequence",
+    ("token_type_ids", 1): "sequence",
+    ("bbox", 1): "sequence",
+    ("decoder_input_ids", 1): "decoder_sequence",
+    ("pixel_values", 2): "height",
+    ("pixel_values", 3): "width",
+    ("input_values", 1): "samples",
+    ("input_features", 2): "frames",
+}
+
+
+def name_graph(model: ir.Model, output_names: list[str], input_names: list[str]) -> None:
+    graph = model.graph
+    for value, name in zip(graph.outputs, output_names):
+        if not value.is_graph_input():
+            value.name = name
+    renames: dict[str, str] = {}
+    for value in graph.inputs:
+        for index, dim in enumerate(value.shape or ()):
+            if isinstance(dim, ir.SymbolicDim) and dim.value and dim.value not in renames:
+                role = _INPUT_DIM_ROLES.get((value.name, index)) or _DIM_ROLES.get(index)
+                renames[dim.value] = role or f"{value.name}_dim{index}"
+    if len(set(renames.values())) != len(renames):  # two symbols for one role: keep them apart
+        seen: dict[str, int] = {}
+        for symbol, role in list(renames.items()):
+            seen[role] = seen.get(role, 0) + 1
+            if seen[role] > 1:
+                renames[symbol] = f"{role}_{seen[role]}"
+    for value in [*graph.inputs, *graph.outputs]:
+        if value.shape is not None:
+            value.shape = ir.Shape([_renamed(d, renames) for d in value.shape])
+
+
+def _renamed(dim: Any, renames: dict[str, str]) -> Any:
+    if isinstance(dim, ir.SymbolicDim) and dim.value in renames:
+        return ir.SymbolicDim(renames[dim.value])
+    return dim
+
+
+# ── Stage 1: Torch patches ──
+# `@register_patch("onnx", "torch.<op>")` factories for torch ops the ONNX exporter cannot translate as they are.
+
+
+# ── Stage 2: ONNX patches ──
+# torch.onnx.export runs its own run_decompositions with the ONNX decomposition table; that can introduce new
+# shape-guard nodes the FX node fixes (stage 3) must see before lowering. This hook re-runs them right there.
+@register_patch(
+    "onnx",
+    "torch.onnx._internal.exporter._core._prepare_exported_program_for_export",
+    dependency="torch",
+)
+def _patch_prepare_for_export(original: Callable) -> Callable:
+    """Re-run the ONNX FX node fixes right after torch.onnx's internal run_decompositions."""
+
+    def prepare(exported_program: Any, *args: Any, **kwargs: Any) -> Any:
+        prepared = original(exported_program, *args, **kwargs)
+        apply_fx_node_fixes(prepared.graph_module, "onnx")
+        return prepared
+
+    return prepare
+
+
+# ── Stage 3: FX node fixes ──
+@register_fx_node_fix("onnx", upstream="https://github.com/pytorch/pytorch/issues/141107", dependency="torch")
+def _fix_reshape_of_strided(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make the input of ``reshape`` contiguous when it is a permuted (non-contiguous) tensor.
+
+    torch.onnx decomposes with ``backed_size_oblivious=True``, under which ``reshape`` of a permuted tensor
+    (T5's ``attn_output.reshape(*input_shape, -1)`` after SDPA) is lowered to ``view`` and fails with
+    ``Cannot view a tensor with shape ... and strides ...``. A ``contiguous`` first is what eager does anyway.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten.reshape.default:
+        return False
+    source = node.args[0]
+    value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or value.is_contiguous() or source.target is torch.ops.aten.contiguous.default:
+        return False
+    with graph_module.graph.inserting_before(node):
+        contiguous = graph_module.graph.call_function(torch.ops.aten.contiguous.default, (source,))
+    contiguous.meta["val"] = value.contiguous()
+    node.replace_input_with(source, contiguous)
+    return True
+
+
+# ── Stage 4: ONNX translations ──
+# aten op → onnxscript function, for ops whose default lowering is missing or wrong. Register with
+# `_register_translation(op, upstream=..., dependency=...)` above an `_aten_*` onnxscript function.
+_ONNX_TRANSLATION_TABLE: dict[Any, Callable] = {}
+_TRANSLATION_NAMES: dict[Any, str] = {}
+
+
+def _register_translation(op: Any, *, upstream: str | None = None, dependency: str | None = None) -> Callable:
+    def decorate(function: Callable) -> Callable:
+        name = getattr(function, "name", None) or function.__name__
+        announce_workaround(Workaround(name, "onnx_translation", "onnx", function, (str(op),), upstream, dependency))
+        _ONNX_TRANSLATION_TABLE[op] = function
+        _TRANSLATION_NAMES[op] = name
+        return function
+
+    return decorate
+
+
+def translation_table(without: frozenset[str]) -> dict[Any, Callable]:
+    return {op: f for op, f in _ONNX_TRANSLATION_TABLE.items() if _TRANSLATION_NAMES[op] not in without}
+
+
+# ── Stage 5: ONNX IR fixes ──
+# `_fix_ir_*(graph) -> bool` rewrites of the finished model for ONNX Runtime bugs; True = it changed something.
+# Registered with `_register_ir_fix(upstream=..., dependency=...)`, applied to the main graph and every function.
+_IR_FIXES: list[Callable[[ir.Graph | ir.Function], bool]] = []
+
+
+def _register_ir_fix(*, upstream: str | None = None, dependency: str | None = None) -> Callable:
+    def decorate(fix: Callable) -> Callable:
+        announce_workaround(Workaround(fix.__name__, "ir_fix", "onnx", fix, (), upstream, dependency))
+        _IR_FIXES.append(fix)
+        return fix
+
+    return decorate
+
+
+def apply_ir_fixes(model: ir.Model, without: frozenset[str]) -> None:
+    graphs = [model.graph, *model.functions.values()]
+    for fix in _IR_FIXES:
+        if fix.__name__ in without:
+            continue
+        if any([fix(graph) for graph in graphs]):
+            record_hit(fix.__name__)
