@@ -34,6 +34,20 @@ def main(debug: bool) -> None:
       exportbot list-workarounds --json
       exportbot lint
     """
+    if not debug:
+        quiet_library_logs()
+
+
+def quiet_library_logs() -> None:
+    """torch, torchao and onnxscript log warnings meant for their developers; users see ours."""
+    import logging
+    import warnings
+
+    for name in ("torch", "torchao", "onnxscript", "onnx_ir", "transformers"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
 def _check_model_argument(model: str) -> None:
@@ -68,9 +82,12 @@ def _check_model_argument(model: str) -> None:
 @click.option("--ignore-ledger", is_flag=True, help="Export even if the class is listed in EXPORT_SKIPS, "
               "and with the optimizer on even if listed in ONNX_DISABLE_OPTIMIZE.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for the tiny random model.")
+@click.option("--outcome-json", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the outcome record (status, error, diffs, workarounds fired) as JSON here.")
 @report_errors
 def export_command(model: str, backend: str, dynamic: bool, out_dir: Path | None, no_optimize: bool,
-                   et_backend: str, without: tuple[str, ...], ignore_ledger: bool, seed: int) -> None:
+                   et_backend: str, without: tuple[str, ...], ignore_ledger: bool, seed: int,
+                   outcome_json: Path | None) -> None:
     """Export MODEL (a transformers class name, built tiny and random, or a local checkpoint directory).
 
     Validates the artifact against the eager model (and at a second shape when --dynamic) and writes the
@@ -94,6 +111,8 @@ def export_command(model: str, backend: str, dynamic: bool, out_dir: Path | None
     console = Console(stderr=True)
     with console.status(f"{model}: starting") as status:
         outcome = export_one(request, progress=lambda step: status.update(f"{model}: {step}"))
+    if outcome_json is not None:
+        outcome_json.write_text(json.dumps(outcome.as_dict(), indent=2) + "\n")
     if outcome.status == SKIPPED:
         click.echo(f"{model}: skipped by ledger entry {outcome.ledger_entry!r}: {outcome.ledger_reason}\n"
                    f"Use --ignore-ledger to try the export anyway.")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -241,7 +242,39 @@ def _register_walked_type(cls: type) -> None:
         lambda children, context: _unflatten_from_context(cls, list(children), context),
         serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
         flatten_with_keys_fn=flatten_with_keys,
+        to_dumpable_context=_dumpable_context,
+        from_dumpable_context=_loaded_context,
     )
+
+
+def _dumpable_context(context: list[tuple[str, Any]]) -> str:
+    """JSON for a saved ``.pt2``: constants limited to JSON types plus dtypes and devices."""
+
+    def encode(value: Any) -> Any:
+        if value is _CHILD:
+            return {"child": True}
+        if isinstance(value, torch.dtype):
+            return {"dtype": str(value).removeprefix("torch.")}
+        if isinstance(value, torch.device):
+            return {"device": str(value)}
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise TypeError(f"cannot save a {type(value).__name__} constant in a pytree context")
+
+    return json.dumps([[name, encode(value)] for name, value in context])
+
+
+def _loaded_context(dumped: str) -> list[tuple[str, Any]]:
+    def decode(value: Any) -> Any:
+        if isinstance(value, dict):
+            if value.get("child"):
+                return _CHILD
+            if "dtype" in value:
+                return getattr(torch, value["dtype"])
+            return torch.device(value["device"])
+        return value
+
+    return [(name, decode(value)) for name, value in json.loads(dumped)]
 
 
 def _subclasses(cls: type) -> Iterator[type]:

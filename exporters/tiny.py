@@ -31,15 +31,15 @@ PATCH = 8
 AUDIO_SAMPLES = 1600
 
 # ── Config shrinking rules: field name → new value (callables receive the old value) ──
-_HIDDEN_FIELDS = ("hidden_size", "d_model", "n_embd", "word_embed_proj_dim")
+_HIDDEN_FIELDS = ("hidden_size", "d_model", "n_embd", "dim", "word_embed_proj_dim")
 _HEAD_FIELDS = (
-    "num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "decoder_attention_heads",
+    "num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads",
 )
 _LAYER_FIELDS = (
     "num_hidden_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers", "num_layers",
     "num_decoder_layers",
 )
-_INTERMEDIATE_FIELDS = ("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff")
+_INTERMEDIATE_FIELDS = ("intermediate_size", "hidden_dim", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff")
 _LIST_WIDTH_FIELDS = ("hidden_sizes", "conv_dim", "embed_dims", "neck_hidden_sizes")
 _LIST_DEPTH_FIELDS = ("depths",)
 _ONE_FIELDS = ("layer_scale_init_value", "layerscale_value")  # keep outputs of order one

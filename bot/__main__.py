@@ -1,0 +1,5 @@
+"""``python -m bot`` is ``exportbot``."""
+
+from bot.cli import main
+
+main()

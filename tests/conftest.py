@@ -1,0 +1,26 @@
+"""Shared fixtures: each tiny model is built and exported at most once per test session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def onnx_export():
+    """``onnx_export(name, dynamic)`` → ExportResult, cached per session (each export costs 3-10 s)."""
+    from exporters.exporter_onnx import OnnxConfig, OnnxExporter
+    from exporters.tiny import build_tiny
+
+    cache: dict[tuple[str, bool], object] = {}
+
+    def export(name: str, dynamic: bool):
+        if (name, dynamic) not in cache:
+            tiny = build_tiny(name)
+            cache[name, dynamic] = OnnxExporter(OnnxConfig(dynamic=dynamic)).export(tiny.model, tiny.inputs)
+        return cache[name, dynamic]
+
+    return export

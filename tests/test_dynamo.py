@@ -1,0 +1,171 @@
+"""DynamoExporter: each stage has a test that fails when the stage is removed; validation can fail."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+
+from exporters import exporter_dynamo
+from exporters.exporter_dynamo import DynamoConfig, DynamoExporter
+from exporters.tiny import build_tiny
+from exporters.validation import ValidationError
+
+
+class KwargsOnly(torch.nn.Module):
+    """A forward that takes only ``**kwargs``, like transformers' ``Unpack[TransformersKwargs]`` tails."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, **kwargs):
+        return self.linear(kwargs["x"]) * kwargs["y"]
+
+
+def test_stage1_flat_signature_exports_kwargs_only_forward_with_named_dynamic_shapes():
+    model = KwargsOnly()
+    inputs = {"x": torch.randn(3, 4), "y": torch.randn(3, 4)}
+    result = DynamoExporter(DynamoConfig(dynamic=True)).export(model, inputs, validate=True)
+    assert result.metadata.input_names == ["x", "y"]
+    assert result.validation.passed
+    assert [s.label for s in result.validation.shapes] == ["sample shape", "second shape"]
+    assert "forward" not in vars(model)  # the signature patch was taken away again
+
+
+def test_stage1_is_needed(monkeypatch):
+    import contextlib
+
+    monkeypatch.setattr(exporter_dynamo, "flat_forward_signature", lambda *a: contextlib.nullcontext())
+    with pytest.raises(Exception, match="dynamic_shapes"):
+        DynamoExporter(DynamoConfig(dynamic=True)).export(KwargsOnly(), {"x": torch.randn(3, 4), "y": torch.randn(3, 4)})
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    return build_tiny("LlamaForCausalLM")
+
+
+def test_stage3_cache_and_model_output_round_trip(tiny_llama):
+    result = DynamoExporter().export(tiny_llama.model, tiny_llama.inputs, validate=True)
+    assert result.metadata.output_names[0] == "logits"
+    assert "past_key_values.layers.0.keys" in result.metadata.output_names
+    out = result.artifact.module()(**tiny_llama.inputs)
+    assert type(out).__name__ == "CausalLMOutputWithPast"
+    assert type(out.past_key_values).__name__ == "DynamicCache"
+
+
+def test_stage3_is_needed(monkeypatch, tiny_llama):
+    import torch.utils._pytree as pytree
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    monkeypatch.setattr(exporter_dynamo, "register_pytree_types", lambda model: None)
+    for cls in (DynamicCache, DynamicLayer):  # forget the registration an earlier test made
+        monkeypatch.delitem(pytree.SUPPORTED_NODES, cls, raising=False)
+    with pytest.raises(Exception, match="DynamicCache"):
+        DynamoExporter().export(tiny_llama.model, tiny_llama.inputs)
+
+
+class SetsAttribute(torch.nn.Module):
+    """Caches a tensor on itself inside forward (as some audio models do)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.linear(x)
+        self.last_output = y * 2
+        return y
+
+
+def test_stage5_no_fake_tensor_left_on_the_model():
+    model = SetsAttribute()
+    DynamoExporter().export(model, {"x": torch.randn(2, 4)})
+    assert not isinstance(getattr(model, "last_output", None), FakeTensor)
+    copy.deepcopy(model)(torch.randn(2, 4))
+
+
+def test_stage5_is_needed(monkeypatch):
+    import contextlib
+
+    monkeypatch.setattr(exporter_dynamo, "cleaned_model_state", lambda model: contextlib.nullcontext())
+    model = SetsAttribute()
+    DynamoExporter().export(model, {"x": torch.randn(2, 4)})
+    assert isinstance(model.last_output, FakeTensor)
+
+
+def test_stage5_stateful_cache_attribute_emptied_for_trace_and_restored():
+    class Cached(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cached_sequence_length = torch.tensor(99)
+
+        def forward(self, x):
+            return x + (0 if self.cached_sequence_length is None else self.cached_sequence_length)
+
+    model = Cached()
+    result = DynamoExporter().export(model, {"x": torch.zeros(2)})
+    assert result.artifact.module()(x=torch.zeros(2)).tolist() == [0.0, 0.0]  # stale 99 not baked in
+    assert model.cached_sequence_length.item() == 99
+
+
+def test_stage4_dynamic_shapes_validated_at_a_second_shape(tiny_llama):
+    result = DynamoExporter(DynamoConfig(dynamic=True)).export(tiny_llama.model, tiny_llama.inputs, validate=True)
+    first, second = result.validation.shapes
+    assert first.input_shapes["input_ids"] != second.input_shapes["input_ids"]
+    assert result.metadata.dynamic_dims["input_ids"]["1"]["min"] == 2
+    assert second.status == "pass"
+
+
+def test_stage4_is_needed(monkeypatch, tiny_llama):
+    monkeypatch.setattr(exporter_dynamo, "dynamic_shapes_for", lambda inputs, config: None)
+    result = DynamoExporter(DynamoConfig(dynamic=True)).export(tiny_llama.model, tiny_llama.inputs)
+    assert result.second_inputs is None  # a static program: nothing can move
+    assert result.metadata.dynamic_dims == {}
+
+
+def test_validation_catches_a_wrong_artifact(tiny_llama):
+    result = DynamoExporter().export(tiny_llama.model, tiny_llama.inputs)
+    real = result.run_artifact
+    result.run_artifact = lambda kw: [t + 1e-3 if i == 0 else t for i, t in enumerate(real(kw))]
+    with pytest.raises(ValidationError, match=r"logits: mismatch"):
+        result.validate()
+
+
+def test_degenerate_outputs_are_inconclusive_not_pass():
+    class Tiny(torch.nn.Module):
+        def forward(self, x):
+            return x * 1e-9
+
+    report = DynamoExporter().export(Tiny(), {"x": torch.randn(2, 3)}).validate(raise_on_failure=False)
+    assert report.status == "inconclusive"
+    assert "near zero" in report.problems()[0]
+
+
+def test_nondeterministic_eager_is_reported():
+    class Noisy(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.rand_like(x)
+
+    report = DynamoExporter().export(Noisy(), {"x": torch.randn(2, 3)}).validate(raise_on_failure=False)
+    assert report.status == "nondeterministic"
+
+
+def test_save_writes_pt2_and_summary(tmp_path: Path, tiny_llama):
+    result = DynamoExporter().export(tiny_llama.model, tiny_llama.inputs, validate=True)
+    files = result.save(tmp_path)
+    loaded = torch.export.load(str(files["artifact"]))
+    assert loaded.graph_signature.user_inputs == result.artifact.graph_signature.user_inputs
+    summary = files["summary"].read_text()
+    assert '"status": "pass"' in summary and '"torch.export"' in summary
+
+
+def test_stage_banners_are_in_order():
+    source = Path(exporter_dynamo.__file__).read_text()
+    numbers = [int(n) for n in re.findall(r"^# ── Stage (\d+):", source, flags=re.M)]
+    assert numbers == [1, 2, 3, 4, 5]

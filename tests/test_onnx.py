@@ -1,0 +1,74 @@
+"""OnnxExporter on a representative subset, validated in ONNX Runtime (the full list runs in the sweep)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import onnx
+import onnxruntime as ort
+import pytest
+
+from exporters import exporter_onnx
+from exporters.exporter_onnx import OnnxConfig, OnnxExporter
+from exporters.tiny import build_tiny
+
+SUBSET = [
+    ("BertModel", True),
+    ("LlamaForCausalLM", True),
+    ("ViTForImageClassification", False),
+    ("T5ForConditionalGeneration", False),
+    ("WhisperForConditionalGeneration", True),
+]
+
+
+@pytest.mark.parametrize(("name", "dynamic"), SUBSET, ids=[f"{n}-{'dynamic' if d else 'static'}" for n, d in SUBSET])
+def test_subset_validates_in_onnxruntime(onnx_export, name, dynamic):
+    result = onnx_export(name, dynamic)
+    report = result.validate(raise_on_failure=False)
+    assert report.status == "pass", report.problems()
+    assert len(report.shapes) == (2 if dynamic else 1)
+    assert all(diff <= 1e-3 for diff in report.max_abs_diff.values())
+
+
+def test_readable_input_output_and_dim_names(onnx_export):
+    model = onnx_export("LlamaForCausalLM", True).artifact
+    inputs = {v.name: [str(d) for d in v.shape] for v in model.graph.inputs}
+    assert inputs["input_ids"] == ["batch", "sequence"]
+    outputs = [v.name for v in model.graph.outputs]
+    assert outputs[0] == "logits" and "past_key_values.layers.1.values" in outputs
+    assert str(model.graph.outputs[0].shape[0]) == "batch"
+    assert not any(re.fullmatch(r"s\d+", str(d)) for v in model.graph.inputs for d in v.shape)
+
+
+def test_t5_needs_the_reshape_fix_and_it_fires(onnx_export):
+    """E1 (../shared/reference/stack.md): without the fix T5 fails in torch.onnx's decomposition step."""
+    assert onnx_export("T5ForConditionalGeneration", False).metadata.workarounds_fired["_fix_reshape_of_strided"] > 0
+    tiny = build_tiny("T5ForConditionalGeneration")
+    config = OnnxConfig(without=frozenset({"_fix_reshape_of_strided"}))
+    with pytest.raises(Exception, match="Cannot view a tensor with shape"):
+        OnnxExporter(config).export(tiny.model, tiny.inputs)
+
+
+def test_optimizer_off_keeps_numerics_and_more_nodes(onnx_export):
+    tiny = build_tiny("BertModel")
+    plain = OnnxExporter(OnnxConfig(dynamic=True, optimize=False)).export(tiny.model, tiny.inputs, validate=True)
+    optimized = onnx_export("BertModel", True)
+    assert plain.metadata.config["optimize"] is False and optimized.metadata.config["optimize"] is True
+    assert len(list(plain.artifact.graph.all_nodes())) > len(list(optimized.artifact.graph.all_nodes()))
+
+
+def test_saved_model_loads_in_onnxruntime(onnx_export, tmp_path: Path):
+    result = onnx_export("ViTForImageClassification", False)
+    files = result.save(tmp_path)
+    onnx.checker.check_model(str(files["artifact"]))
+    session = ort.InferenceSession(str(files["artifact"]), providers=["CPUExecutionProvider"])
+    logits = session.run(["logits"], {"pixel_values": result.inputs["pixel_values"].numpy()})[0]
+    assert logits.shape == (result.inputs["pixel_values"].shape[0], result.model.config.num_labels)
+
+
+def test_stage_banners_are_in_order_and_workarounds_greppable():
+    source = Path(exporter_onnx.__file__).read_text()
+    assert [int(n) for n in re.findall(r"^# ── Stage (\d+):", source, flags=re.M)] == [1, 2, 3, 4, 5]
+    workarounds = re.findall(r"^def ((?:_patch_|_fix_|_aten_)\w+)", source, flags=re.M)
+    assert "_fix_reshape_of_strided" in workarounds and "_patch_prepare_for_export" in workarounds
