@@ -43,8 +43,14 @@ def quiet_library_logs() -> None:
     import logging
     import warnings
 
-    for name in ("torch", "torchao", "onnxscript", "onnx_ir", "transformers"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    def silence() -> None:
+        for name in ("torch", "torchao", "onnxscript", "onnx_ir", "transformers"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+    silence()
+    import torch  # noqa: F401 - torch configures its loggers on import: silence again after it
+
+    silence()
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -116,7 +122,7 @@ def export_command(model: str, backend: str, dynamic: bool, out_dir: Path | None
     if outcome.status == SKIPPED:
         click.echo(f"{model}: skipped by ledger entry {outcome.ledger_entry!r}: {outcome.ledger_reason}\n"
                    f"Use --ignore-ledger to try the export anyway.")
-        return
+        sys.exit(EXIT_FAILED)
     _print_outcome(console, outcome)
     if outcome.status != PASS:
         sys.exit(EXIT_FAILED)
@@ -164,9 +170,11 @@ def list_workarounds_command(as_json: bool) -> None:
 
 
 def _register_subcommands() -> None:
+    from bot.audit import audit_command
     from bot.lint import lint_command
 
     main.add_command(lint_command)
+    main.add_command(audit_command)
 
 
 _register_subcommands()

@@ -14,6 +14,7 @@ ledger) for the export's mode, or ``OnnxConfig(optimize=False)``.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -101,13 +102,13 @@ class OnnxExporter:
             name_graph(onnx_program.model, metadata.output_names, metadata.input_names)
             apply_ir_fixes(onnx_program.model, self.config.without)
         metadata.workarounds_fired = dict(sorted(hits.counts.items()))
-        session = _session(onnx_program.model)
+        session = functools.cache(lambda: _session(onnx_program.model))  # only validation pays for it
         result = ExportResult(
             artifact=onnx_program.model,
             metadata=metadata,
             model=model,
             inputs=inputs,
-            run_artifact=lambda kw: _run(session, kw),
+            run_artifact=lambda kw: _run(session(), kw),
             save_artifact=lambda out: save_model(onnx_program.model, out / "model.onnx"),
             atol=self.config.atol,
             rtol=self.config.rtol,

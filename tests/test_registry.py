@@ -89,7 +89,7 @@ def test_torch_op_patch_calls_the_real_op(scratch_registry):
 
     x = torch.arange(4)
     with installed_patches("t"):
-        first, second = x.split(2)
+        first, _second = x.split(2)
         assert first.tolist() == [2, 3]
     assert x.split(2)[0].tolist() == [0, 1]
     assert "split" in vars(torch.Tensor)  # the class attribute came back, not a shadow copy
@@ -133,9 +133,9 @@ def test_unresolved_path_is_an_error_naming_workaround_and_path(scratch_registry
     def _patch_renamed(original):
         return original
 
-    with pytest.raises(WorkaroundError, match=r"_patch_renamed.*exportbot_test_target\.RenamedClass\.forward"):
-        with installed_patches("t"):
-            pass
+    pattern = r"_patch_renamed.*exportbot_test_target\.RenamedClass\.forward"
+    with pytest.raises(WorkaroundError, match=pattern), installed_patches("t"):
+        pass
     assert [(w.name, path) for w, path, _ in unresolved_targets()] == [
         ("_patch_renamed", "exportbot_test_target.RenamedClass.forward")
     ]
@@ -150,9 +150,8 @@ def test_unresolved_path_error_leaves_nothing_installed(scratch_registry):
     def _patch_bad(original):
         return original
 
-    with pytest.raises(WorkaroundError):
-        with installed_patches("t"):
-            pass
+    with pytest.raises(WorkaroundError), installed_patches("t"):
+        pass
     assert target.double(1) == 2
 
 

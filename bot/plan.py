@@ -1,0 +1,151 @@
+"""Decide which ledger entries are due for a re-run (pure: no I/O, same answer in CI and locally).
+
+An entry is *due* when there is a reason to believe its workaround may no longer be needed, or when
+nobody has checked yet:
+
+* its upstream issue was closed as ``completed`` or its pull request merged (a trigger, never a proof:
+  the re-run decides). Once re-run after that closure at the current pins and found still failing, the
+  closure alone stops making it due ("closed, still failing at onnxscript 0.7.2; recheck on next
+  release"); the next pin move makes it due again;
+* a package of the backend's stack (``BACKEND_STACK[entry.backend]``) is pinned at a version other
+  than the one it was last verified with (each named: ``onnx 1.23.2 → 1.24.0``);
+* it was never verified;
+* ``--candidate PKG==VER`` names a package of its stack (recorded; see ``Plan.candidate``);
+* ``--all`` / ``--entry ID`` force it.
+
+Upstream closed as ``not_planned`` / ``duplicate``, or reopened, makes an entry *not* due unless
+forced: a human decides what such a closure means (bot.verdict gives ``human``). An unreachable
+tracker, a 404 or an entry without a GitHub upstream gives no trigger but does not block one either:
+a pin move still makes the entry due, because the re-run itself is the evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from bot.pins import BACKEND_STACK, normalize_name
+from bot.tracker import NOT_FOUND, UpstreamState
+from bot.verification import Verification
+from exporters.ledger import LedgerEntry
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Whether to re-run one entry, and every reason, so the report can say why (or why not)."""
+
+    entry_id: str
+    due: bool
+    reasons: list[str]
+    moved_pins: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    candidate: str | None = None  # "onnx==1.24.0" when --candidate named a package of this stack
+    versions: dict[str, str | None] = field(default_factory=dict)  # the stack at its current pins
+
+
+def describe_state(state: UpstreamState | None) -> str:
+    """One short word for a state, as stored in ``verified.toml`` and shown in reports."""
+    if state is None:
+        return "none"
+    if not state.reachable:
+        return "unknown"
+    if state.error == NOT_FOUND:
+        return "not found"
+    if state.kind == "pull" and state.state == "closed":
+        return "merged" if state.merged else "closed:unmerged"
+    if state.state == "closed":
+        return f"closed:{state.state_reason or 'unspecified'}"
+    return "open:reopened" if state.state_reason == "reopened" else "open"
+
+
+def needs_human(state: UpstreamState | None) -> bool:
+    """Closed for a reason other than a fix (not planned, duplicate, unmerged PR), or reopened."""
+    if state is None or not state.reachable or state.error:
+        return False
+    if state.state == "closed":
+        return not state.closed_as_fixed
+    return state.state_reason == "reopened"
+
+
+def is_unknown(state: UpstreamState | None) -> bool:
+    """The tracker could not tell us (unreachable, rate limited, malformed, 404): never "closed"."""
+    return state is not None and (not state.reachable or state.error == NOT_FOUND)
+
+
+def parse_candidate(candidate: str) -> tuple[str, str]:
+    """``"onnx==1.24.0"`` → ``("onnx", "1.24.0")``; ``ValueError`` for anything else."""
+    name, sep, version = (part.strip() for part in candidate.partition("=="))
+    if not sep or not name or not version:
+        raise ValueError(f"--candidate must be PKG==VERSION, got {candidate!r}")
+    return name, version
+
+
+def plan_entry(
+    entry: LedgerEntry,
+    upstream_state: UpstreamState | None,
+    pins: Mapping[str, str],
+    verification: Mapping[str, Verification],
+    *,
+    force: bool = False,
+    candidate: str | None = None,
+) -> Plan:
+    """The plan for ``entry``; ``pins`` is keyed by normalised name, as :func:`bot.pins.read_pins` gives."""
+    stack = BACKEND_STACK[entry.backend]
+    versions = {name: pins.get(normalize_name(name)) for name in stack}
+    record = verification.get(entry.id)
+    moved = _moved(record, versions) if record else {}
+    reasons: list[str] = []
+    triggers = 0
+
+    state_word = describe_state(upstream_state)
+    if upstream_state is not None and upstream_state.closed_as_fixed:
+        seen = record and not moved and record.upstream_state == state_word
+        if seen and record.verdict in ("still-needed", "changed"):
+            reasons.append(
+                f"upstream {state_word}, but still failing at these pins on {record.verified_on}; "
+                "recheck when a pin moves"
+            )
+        else:
+            reasons.append(f"upstream {state_word}")
+            triggers += 1
+    elif needs_human(upstream_state):
+        reasons.append(f"upstream {state_word}: a human decides what it means")
+    elif is_unknown(upstream_state):
+        reasons.append(f"upstream state unknown ({upstream_state.error})")
+    elif upstream_state is None:
+        reasons.append("no GitHub upstream to watch")
+
+    if record is None:
+        reasons.append("never verified")
+        triggers += 1
+    for name, (old, new) in moved.items():
+        reasons.append(f"{name} {old or '(unpinned)'} → {new or '(unpinned)'}")
+        triggers += 1
+
+    matched_candidate = None
+    if candidate is not None:
+        name, version = parse_candidate(candidate)
+        if normalize_name(name) in {normalize_name(n) for n in stack}:
+            matched_candidate = f"{name}=={version}"
+            reasons.append(f"candidate {matched_candidate}")
+            triggers += 1
+    if force:
+        reasons.append("forced (--all / --entry)")
+
+    blocked = needs_human(upstream_state) and not force
+    due = force or (triggers > 0 and not blocked)
+    if not due and not reasons:
+        reasons.append("nothing moved since the last verification")
+    elif not due and not blocked and record is not None:
+        reasons.append(f"nothing moved since {record.verified_on}")
+    return Plan(entry.id, due, reasons, moved, matched_candidate, versions)
+
+
+def _moved(
+    record: Verification, versions: Mapping[str, str | None]
+) -> dict[str, tuple[str | None, str | None]]:
+    """Stack packages whose pin differs from the one recorded at the last verification."""
+    return {
+        name: (record.versions.get(name), version)
+        for name, version in versions.items()
+        if record.versions.get(name) != version
+    }
