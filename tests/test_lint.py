@@ -391,7 +391,8 @@ def test_exporter_import_failure_points_at_failing_line(
     )
     monkeypatch.setattr(exporters, "__path__", [*exporters.__path__, str(package_part)])
     monkeypatch.setattr(exporters, "EXPORTER_MODULES", ("exporters.exporter_lint_broken",))
-    messages = lint(registry(tmp_path), check_classes=False)
+    # Only errors: warnings for workarounds other tests already imported depend on test order.
+    messages = [m for m in lint(registry(tmp_path), check_classes=False) if m.severity == "error"]
     assert rendered(messages) == [
         f"{package_part / 'exporter_lint_broken.py'}:2: cannot import every exporter module, so not every "
         "workaround is checked: ModuleNotFoundError: No module named 'no_such_dependency_for_lint_test'"
