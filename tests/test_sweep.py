@@ -1,0 +1,381 @@
+"""``exportbot sweep``: sharding, selection, error signatures, ledger classification, result files, and real
+isolated runs (warm fork worker and fresh processes) including a segfault and a hang."""
+
+from __future__ import annotations
+
+import datetime
+import fnmatch
+import json
+import os
+import random
+import string
+from pathlib import Path
+from typing import Any
+
+import pytest
+import transformers
+from click.testing import CliRunner
+
+from bot.sweep import (
+    SCHEMA,
+    TEST_CRASH_ENV,
+    TEST_HANG_ENV,
+    Task,
+    classify_against_entry,
+    collect_class_names,
+    enumerate_model_classes,
+    failure_signature,
+    ignored_entry,
+    merge_records,
+    normalize_error,
+    parse_class_list,
+    parse_shard,
+    plan_tasks,
+    read_results,
+    repair_tail,
+    select_classes,
+    shard_index,
+    sweep_group,
+    triage,
+)
+from exporters.ledger import Ledger, LedgerEntry
+
+
+def record(model: str, status: str = "pass", backend: str = "dynamo", mode: str = "static", **extra: Any) -> dict:
+    """A schema-1 record with the fields the pure functions read."""
+    return {"schema": SCHEMA, "model": model, "backend": backend, "dynamic": mode == "dynamic", "mode": mode,
+            "status": status, "seconds": 1.0, "error": None, "error_type": None, "versions": {}, **extra}
+
+
+def entry(failure: str = r"ShapeInferenceError: \[Cast\]", **fields: Any) -> LedgerEntry:
+    values: dict[str, Any] = {
+        "id": "vit-skip", "list_name": "EXPORT_SKIPS", "models": ("ViTModel",), "backend": "dynamo",
+        "scope": "static", "dependency": "torch", "reason": "why", "failure": failure,
+        "added": datetime.date(2025, 1, 1), "path": Path("export_skips.toml"), "line": 1,
+    }  # fmt: skip
+    return LedgerEntry(**{**values, **fields})
+
+
+def write_jsonl(path: Path, records: list[dict], tail: str = "") -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + tail)
+    return path
+
+
+def class_names(count: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    names = {"".join(rng.choices(string.ascii_letters + string.digits, k=rng.randint(3, 30))) for _ in range(count)}
+    return sorted(names)
+
+
+# ── Sharding and selection ──
+def test_shards_partition_every_selection_and_never_move() -> None:
+    names = class_names(3000)
+    for count in (1, 2, 3, 7, 16):
+        shards = [select_classes(names, shard=(index, count)) for index in range(1, count + 1)]
+        assert sorted(name for shard in shards for name in shard) == names  # every name once, none twice
+        for index, shard in enumerate(shards, 1):
+            # Filters and order do not move a name to another shard: assignment depends on the name alone.
+            assert select_classes(names, ["A*", "*x*"], (index, count)) == [
+                n for n in shard if fnmatch.fnmatchcase(n, "A*") or fnmatch.fnmatchcase(n, "*x*")
+            ]
+            assert set(select_classes(names[::-1], shard=(index, count))) == set(shard)
+    # Pinned: changing the hash would silently reshuffle every CI shard.
+    assert [shard_index(n, 8) for n in ("BertModel", "GPT2Model", "ViTForImageClassification")] == [5, 1, 7]
+
+
+def test_parse_shard() -> None:
+    assert parse_shard("2/8") == (2, 8)
+    assert parse_shard(" 1 / 1 ") == (1, 1)
+    for bad in ("0/4", "5/4", "a/b", "3", "1/0"):
+        with pytest.raises(ValueError):
+            parse_shard(bad)
+
+
+def test_select_classes_dedupes_and_limits_last() -> None:
+    names = ["BertModel", "GPT2Model", "BertModel", "BertForMaskedLM", "ViTModel"]
+    assert select_classes(names, ["Bert*"]) == ["BertModel", "BertForMaskedLM"]
+    assert select_classes(names, limit=2) == ["BertModel", "GPT2Model"]
+    assert select_classes(names, ["Bert*", "ViT*"], limit=2) == ["BertModel", "BertForMaskedLM"]
+
+
+def test_parse_class_list_and_plan_tasks() -> None:
+    assert parse_class_list("# header\nBertModel\n\n  GPT2Model  # decoder\n#ViTModel\n") == ["BertModel", "GPT2Model"]
+    done = {("BertModel", "dynamo", "static")}
+    tasks = plan_tasks(["BertModel", "GPT2Model"], ["dynamo", "onnx"], ["static"], done)
+    assert [t.key for t in tasks] == [
+        ("BertModel", "onnx", "static"), ("GPT2Model", "dynamo", "static"), ("GPT2Model", "onnx", "static"),
+    ]  # fmt: skip
+    assert Task("A", "onnx", "dynamic").dynamic and not Task("A", "onnx", "static").dynamic
+
+
+def test_enumeration_covers_every_auto_mapping() -> None:
+    assert collect_class_names([{"a": "X"}, {"b": ("Y", "Z"), "c": "X"}]) == {"X", "Y", "Z"}
+    classes = enumerate_model_classes()
+    assert len(classes) > 1000
+    assert len(set(classes)) == len(classes) and classes == sorted(classes)
+    assert set(classes) <= set(dir(transformers))
+    # One from each kind of mapping value, including tuple values, resolves to a model class.
+    for name in ("BertModel", "FunnelBaseModel", "DeiTForImageClassificationWithTeacher", "WhisperForConditionalGeneration"):
+        assert name in classes
+        assert hasattr(getattr(transformers, name), "config_class")
+
+
+# ── Error signatures and triage ──
+@pytest.mark.parametrize(
+    ("text", "model", "expected"),
+    [
+        (
+            "Could not guard on data-dependent expression Eq(u0, 1) (unhinted: Eq(u12, 1)).  (Size-like symbols: u0)",
+            None,
+            "Could not guard on data-dependent expression Eq(u?, N) (unhinted: Eq(u?, N)). (Size-like symbols: u?)",
+        ),
+        ("shape '[2, 8, 64]' is invalid for input of size 1024", None, "shape '[N, N, N]' is invalid for input of size N"),
+        ("Expected size s43 but got s0 for dim -1", None, "Expected size s? but got s? for dim -N"),
+        (
+            'File "/work/.venv/lib/python3.11/site-packages/transformers/models/bert/modeling_bert.py", line 123, in f',
+            None,
+            'File "<path>", line N, in f',
+        ),
+        ("<function forward at 0x7f3a2b1c4d30> failed", None, "<function forward at 0x?> failed"),
+        ("'BertSelfAttention' object has no attribute 'foo'", "BertModel", "'<Model>' object has no attribute 'foo'"),
+        ("node add_3 in L__self___encoder_layer_0 uses float16 Conv2d", None,
+         "node add_N in L__self___encoder_layer_N uses float16 Conv2d"),
+        ("\n  first   line\nsecond line 42", None, "first line"),
+    ],
+)
+def test_normalize_error(text: str, model: str | None, expected: str) -> None:
+    assert normalize_error(text, model) == expected
+
+
+def test_same_bug_in_two_models_has_one_signature() -> None:
+    bert = "RuntimeError in modeling_bert: 'BertSelfAttention' got shape [2, 8, 64]"
+    roberta = "RuntimeError in modeling_roberta: 'RobertaSelfAttention' got shape [2, 4, 32]"
+    assert normalize_error(bert, "BertForMaskedLM") == normalize_error(roberta, "RobertaModel")
+
+
+def test_triage_groups_failures_not_passes_or_skips() -> None:
+    records = [
+        record("BertModel", "failed", error="shape [2, 8] bad", error_type="RuntimeError"),
+        record("GPT2Model", "failed", error="shape [4, 16] bad", error_type="RuntimeError"),
+        record("ViTModel", "crashed", error="killed by signal 11 (SIGSEGV)", signal=11),
+        record("OPTModel", "timeout", error="no outcome within 600 s; killed"),
+        record("T5Model", "pass"),
+        record("BartModel", "skipped"),
+    ]
+    groups = triage(records)
+    assert [(g.signature, g.count) for g in groups] == [
+        ("failed: RuntimeError: shape [N, N] bad", 2),
+        ("crashed: SIGSEGV", 1),
+        ("timeout: no outcome within N s; killed", 1),
+    ]
+    assert groups[0].examples() == ["BertModel (dynamo/static)", "GPT2Model (dynamo/static)"]
+    assert failure_signature(record("X", "mismatch", error="logits: max abs diff 0.3 > 1e-4")) == (
+        "mismatch: logits: max abs diff N > N"
+    )
+
+
+# ── The ledger ──
+def test_classify_against_entry() -> None:
+    gate = entry()
+    assert classify_against_entry(record("ViTModel", "pass"), gate) == "passes"
+    failed = record("ViTModel", "failed", error="ShapeInferenceError: [Cast] bad input", error_type="Fail")
+    assert classify_against_entry(failed, gate) == "same-failure"
+    typed = record("ViTModel", "failed", error="[Cast] bad input", error_type="ShapeInferenceError")
+    assert classify_against_entry(typed, gate) == "same-failure"  # the regex may name the exception type
+    assert classify_against_entry(record("ViTModel", "failed", error="other"), gate) == "different-failure"
+    assert classify_against_entry(record("ViTModel", "mismatch", error="diff 3"), gate) == "different-failure"
+    crashed = record("ViTModel", "crashed", error="killed by signal 11", stderr_tail="ShapeInferenceError: [Cast]")
+    assert classify_against_entry(crashed, gate) == "same-failure"
+    with pytest.raises(ValueError):
+        classify_against_entry(record("ViTModel", "skipped"), gate)
+
+
+def test_ignored_entry_only_when_named() -> None:
+    skip = entry()
+    optimizer = entry(id="vit-opt", list_name="ONNX_DISABLE_OPTIMIZE", backend="onnx", scope="all")
+    ledger = Ledger((skip, optimizer))
+    static, dynamic = Task("ViTModel", "dynamo", "static"), Task("ViTModel", "dynamo", "dynamic")
+    assert ignored_entry(ledger, static, ()) is None
+    assert ignored_entry(ledger, static, ("vit-skip",)) is skip
+    assert ignored_entry(ledger, static, ("all",)) is skip
+    assert ignored_entry(ledger, dynamic, ("all",)) is None  # the entry's scope is static
+    assert ignored_entry(ledger, static, ("vit-opt",)) is None  # still skipped: that gate is honoured
+    assert ignored_entry(ledger, Task("ViTModel", "onnx", "dynamic"), ("vit-opt",)) is optimizer
+
+
+# ── Result files ──
+def test_merge_records_last_wins_sorted() -> None:
+    old, new = record("GPT2Model", "failed"), record("GPT2Model", "pass")
+    merged = merge_records([old, record("BertModel"), new])
+    assert [(r["model"], r["status"]) for r in merged] == [("BertModel", "pass"), ("GPT2Model", "pass")]
+
+
+def test_merge_command(tmp_path: Path) -> None:
+    first = write_jsonl(tmp_path / "a.jsonl", [record("GPT2Model", "failed"), record("BertModel")])
+    second = write_jsonl(tmp_path / "b.jsonl", [record("GPT2Model", "pass"), record("BertModel", mode="dynamic")])
+    result = CliRunner().invoke(sweep_group, ["merge", str(tmp_path / "all.jsonl"), str(first), str(second)])
+    assert result.exit_code == 0, result.output
+    merged = read_results(tmp_path / "all.jsonl")
+    assert [(r["model"], r["mode"], r["status"]) for r in merged] == [
+        ("BertModel", "dynamic", "pass"), ("BertModel", "static", "pass"), ("GPT2Model", "static", "pass"),
+    ]  # fmt: skip
+    other = write_jsonl(tmp_path / "c.jsonl", [record("BertModel"), {**record("ViTModel"), "schema": 2}])
+    result = CliRunner().invoke(sweep_group, ["merge", str(tmp_path / "x.jsonl"), str(first), str(other)])
+    assert result.exit_code == 2
+    assert f"{other}:2: schema 2" in result.output
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_repair_tail(tmp_path: Path) -> None:
+    cut = write_jsonl(tmp_path / "cut.jsonl", [record("BertModel")], tail='{"schema": 1, "mod')
+    assert repair_tail(cut) is True
+    assert [r["model"] for r in read_results(cut)] == ["BertModel"]
+    unterminated = tmp_path / "unterminated.jsonl"
+    unterminated.write_text(json.dumps(record("BertModel")))
+    assert repair_tail(unterminated) is False
+    assert unterminated.read_text().endswith("\n")
+
+
+def test_resume_skips_recorded_keys(tmp_path: Path) -> None:
+    classes = tmp_path / "classes.txt"
+    classes.write_text("BertModel\nGPT2Model\n")
+    done = [record("BertModel", "failed", error="from before"), record("GPT2Model", "skipped")]
+    results = write_jsonl(tmp_path / "results.jsonl", done, tail='{"schema": 1, "mo')
+    args = ["run", "--classes", str(classes), "--backend", "dynamo", "--static", "--results", str(results)]
+    refused = CliRunner().invoke(sweep_group, args)
+    assert refused.exit_code == 2 and "--resume" in refused.output
+    resumed = CliRunner().invoke(sweep_group, [*args, "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert "0 exports to run (2 already recorded)" in resumed.output
+    assert read_results(results) == done  # nothing rerun; the cut-off line is gone
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--shard", "0/3"], "--shard 0/3: i must be between 1 and n"),
+        (["--ignore-ledger", "no-such-entry"], "--ignore-ledger no-such-entry: no ledger entry has that id"),
+        (["--resume", "--overwrite"], "--resume and --overwrite contradict each other"),
+    ],
+)
+def test_run_refuses_bad_input_with_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    classes = tmp_path / "classes.txt"
+    classes.write_text("BertModel\nNotAModelAtAll\n")
+    result = CliRunner().invoke(sweep_group, ["run", "--classes", str(classes), "--results", str(tmp_path / "r"), *args])
+    assert result.exit_code == 2 and message in result.output
+    unknown = CliRunner().invoke(sweep_group, ["run", "--classes", str(classes), "--results", str(tmp_path / "r")])
+    assert unknown.exit_code == 2 and "not transformers classes: NotAModelAtAll" in unknown.output
+
+
+def test_coverage_command(tmp_path: Path) -> None:
+    versions = {"torch": "2.13.0", "transformers": "5.23.0"}
+    results = write_jsonl(tmp_path / "r.jsonl", [
+        record("BertModel", versions=versions, workarounds_fired={"sdpa": 2}, seconds=1.25),
+        record("GPT2Model", "failed", error="bad | thing\nsecond line", error_type="RuntimeError", versions=versions),
+        record("ViTModel", "skipped", ledger_entry="vit-skip"),
+    ])  # fmt: skip
+    out = tmp_path / "docs" / "coverage.md"
+    result = CliRunner().invoke(sweep_group, ["coverage", str(results), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert text.startswith(f"<!-- Generated by `exportbot sweep coverage {results} --out {out}`")
+    assert "Versions: torch 2.13.0 · transformers 5.23.0." in text
+    assert "| BertModel | dynamo | static | pass | 1.2 | sdpa×2 |  |  |" in text
+    assert "| GPT2Model | dynamo | static | failed | 1.0 |  |  | bad \\| thing |" in text
+    assert "| ViTModel | dynamo | static | skipped | 1.0 |  | vit-skip |  |" in text
+
+
+# ── Real isolated runs ──
+SKIPS_TOML = """\
+[[entry]]
+id = "vit-ignored"
+models = ["ViTForImageClassification"]
+backend = "dynamo"
+scope = "static"
+dependency = "torch"
+reason = "test entry, run anyway with --ignore-ledger"
+model_change = "none"
+failure = 'never seen'
+added = 2025-01-01
+
+[[entry]]
+id = "albert-gated"
+models = ["AlbertModel"]
+backend = "dynamo"
+scope = "all"
+dependency = "torch"
+reason = "test entry, honoured"
+model_change = "none"
+failure = 'boom'
+added = 2025-01-01
+"""
+
+
+@pytest.fixture
+def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "registry"
+    directory.mkdir()
+    (directory / "export_skips.toml").write_text(SKIPS_TOML)
+    (directory / "onnx_disable_optimize.toml").write_text("")
+    monkeypatch.setenv("EXPORTBOT_REGISTRY", str(directory))
+    return directory
+
+
+def by_model(path: Path) -> dict[str, dict]:
+    return {r["model"]: r for r in read_results(path)}
+
+
+def test_warm_fork_sweep_records_passes_skips_and_a_segfault(
+    tmp_path: Path, registry: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TEST_CRASH_ENV, "GPT2Model")
+    step_summary = tmp_path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    classes = tmp_path / "classes.txt"
+    classes.write_text("BertModel\nGPT2Model  # segfaults\nViTForImageClassification\nAlbertModel\n")
+    results = tmp_path / "results.jsonl"
+    result = CliRunner().invoke(sweep_group, [
+        "run", "--classes", str(classes), "--backend", "dynamo", "--static", "--jobs", "1", "--timeout", "120",
+        "--results", str(results), "--ignore-ledger", "vit-ignored", "--summary-md", str(tmp_path / "s.md"),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    records = by_model(results)
+    assert {m: r["status"] for m, r in records.items()} == {
+        "BertModel": "pass", "GPT2Model": "crashed", "ViTForImageClassification": "pass", "AlbertModel": "skipped",
+    }  # fmt: skip
+    bert = records["BertModel"]
+    assert bert["schema"] == SCHEMA and bert["runner"] == "fork" and bert["mode"] == "static"
+    assert bert["worker_pid"] != bert["child_pid"] and bert["peak_rss_mb"] > 0 and bert["startup_seconds"] < 1
+    assert bert["versions"]["torch"] and bert["log_file"] is None
+    crash = records["GPT2Model"]
+    assert crash["signal"] == 11 and crash["exit_code"] is None
+    assert "Segmentation fault" in crash["stderr_tail"] and Path(crash["log_file"]).is_file()
+    assert crash["worker_pid"] == bert["worker_pid"]  # the worker survived its child's segfault
+    vit = records["ViTForImageClassification"]
+    assert (vit["ledger_entry"], vit["ledger_match"]) == ("vit-ignored", "passes")
+    assert (records["AlbertModel"]["ledger_entry"], records["AlbertModel"]["ledger_match"]) == ("albert-gated", None)
+    assert "crashed: SIGSEGV" in result.output  # triage printed at the end
+    assert "## Sweep summary (4 exports)" in (tmp_path / "s.md").read_text()
+    assert step_summary.read_text() == (tmp_path / "s.md").read_text()
+
+
+def test_fresh_process_sweep_kills_a_hang_and_survives_a_crash(
+    tmp_path: Path, registry: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TEST_HANG_ENV, "BertModel")
+    monkeypatch.setenv(TEST_CRASH_ENV, "GPT2Model")
+    results = tmp_path / "results.jsonl"
+    result = CliRunner().invoke(sweep_group, [
+        "run", "--match", "BertModel", "--match", "GPT2Model", "--backend", "dynamo", "--static", "--no-fork",
+        "--jobs", "2", "--timeout", "3", "--results", str(results),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    records = by_model(results)
+    hang, crash = records["BertModel"], records["GPT2Model"]
+    assert (hang["status"], hang["signal"], hang["runner"]) == ("timeout", 9, "spawn")
+    assert 3 <= hang["wall_seconds"] < 10
+    assert "Timeout" in hang["stderr_tail"]  # faulthandler's stack of the hung child, dumped before the kill
+    assert (crash["status"], crash["signal"]) == ("crashed", 11)
+    for child in (hang["child_pid"], crash["child_pid"]):
+        with pytest.raises(ProcessLookupError):
+            os.killpg(child, 0)  # nothing of either export is left running
