@@ -1,0 +1,531 @@
+"""What the shrink PR says and changes, computed without touching GitHub or the working tree (pure).
+
+The GitHub side (bot.shrink) reads the repository, hands the texts here, and writes back what these
+functions return, so a dry run and a real run compute exactly the same diff, body and commit message.
+
+* :func:`select_proposals` decides which ledger entries the rolling PR removes, from an audit report
+  (docs/audit-report.md, schema 1), the entries the open PR already proposes, and the entries of PRs
+  that were closed unmerged (which are not proposed again until their upstream state or pins move).
+* :func:`shrink_changes` edits *copies* of the ledger files through ``exporters.ledger`` (minimal
+  diffs: every byte outside the removed entry stays).
+* :func:`pr_body` renders the PR description: per entry its models, upstream link and state, the
+  versions it was re-run at, the re-run evidence and the command reproducing it, plus a hidden
+  machine-readable block (``<!-- exportbot:entry {...} -->``) that :func:`parse_pr_body` reads back.
+  The PR body is the bot's only memory of what it proposed ("repository as database").
+* :func:`dashboard_body` renders the optional dashboard issue, including the reverse direction:
+  entries whose upstream is closed but which still fail at our pins.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bot.pins import BACKEND_STACK, normalize_name
+from bot.rerun import scope_modes
+from bot.runner import PASS
+from bot.verdict import NOT_DUE, REMOVABLE, STILL_NEEDED, UNKNOWN
+from bot.verification import Verification
+from exporters.ledger import SCOPES, Ledger, load_ledger, remove_entry
+
+REPORT_SCHEMA = 1
+PR_MARKER = "<!-- exportbot:shrink-pr -->"
+DASHBOARD_MARKER = "<!-- exportbot:dashboard -->"
+BOT_TRAILER = "Exportbot-Commit: true"
+BASE_TRAILER = "Exportbot-Base"
+FIXED_STATES = ("closed:completed", "merged")  # bot.plan.describe_state words for "closed as fixed"
+MAX_PROPOSALS = 20  # one entry's section is 2-3 kB; GitHub refuses bodies over 65,536 characters
+_BLOCK = re.compile(r"<!-- exportbot:entry (\{.*?\}) -->")
+_HUMAN_MARKER = "<!-- exportbot:human-commit {sha} -->"
+_BASE_LINE = re.compile(rf"^{BASE_TRAILER}: ([0-9a-f]{{40}})$", re.MULTILINE)
+
+
+class ReportError(ValueError):
+    """The audit report cannot be used (not JSON, wrong schema, missing fields)."""
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One ledger entry proposed for removal, with everything its section of the PR shows.
+
+    It round-trips through the PR body's hidden block, so an entry already proposed keeps its evidence
+    when a later audit did not re-run it, and a closed PR still says at which upstream state and pins
+    its entries were turned down.
+    """
+
+    id: str
+    list_name: str
+    models: tuple[str, ...]
+    backend: str
+    scope: str
+    upstream: str | None
+    upstream_state: str
+    pins: Mapping[str, str | None]  # the backend's stack at the re-run (bot.pins.BACKEND_STACK)
+    reasons: tuple[str, ...] = ()
+    evidence: tuple[Mapping[str, Any], ...] = ()  # model, mode, run, status, max_abs_diff per re-run
+    audited_at: str = ""
+    exporter_version: str = ""
+
+    @property
+    def basis(self) -> tuple[str, dict[str, str | None]]:
+        """What a closed PR's block is compared with: proposing again needs one of these to differ."""
+        return self.upstream_state, dict(self.pins)
+
+    def shortfall(self, runs_required: int) -> list[str]:
+        """Each model and mode with fewer passing re-runs than required (then the PR is a draft)."""
+        missing = []
+        for model in self.models:
+            for dynamic in scope_modes(self.scope):
+                mode = "dynamic" if dynamic else "static"
+                passed = sum(
+                    1
+                    for e in self.evidence
+                    if e.get("model") == model and e.get("mode") == mode and e.get("status") == PASS
+                )
+                if passed < runs_required:
+                    missing.append(f"{model} {mode}: {passed} of {runs_required} runs passed")
+        return missing
+
+    def to_block(self) -> str:
+        """The hidden block: JSON with ``<`` and ``>`` escaped so no text can end the HTML comment."""
+        data = {
+            "id": self.id, "list": self.list_name, "models": list(self.models), "backend": self.backend,
+            "scope": self.scope, "upstream": self.upstream, "upstream_state": self.upstream_state,
+            "pins": dict(self.pins), "reasons": list(self.reasons), "evidence": [dict(e) for e in self.evidence],
+            "audited_at": self.audited_at, "exporter_version": self.exporter_version,
+        }  # fmt: skip
+        text = json.dumps(data, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+        safe = text.replace("<", "\\u003c").replace(">", "\\u003e")
+        return f"<!-- exportbot:entry {safe} -->"
+
+    @classmethod
+    def from_block(cls, data: Mapping[str, Any]) -> Proposal:
+        """Read a block back; ``KeyError``/``TypeError``/``ValueError`` when it is not one of ours."""
+        pins = data["pins"]
+        if not isinstance(data["id"], str) or not isinstance(pins, dict) or data.get("scope") not in SCOPES:
+            raise ValueError("not an exportbot entry block")
+        stack = BACKEND_STACK.get(str(data.get("backend")), [])
+        order = [name for name in stack if name in pins] + sorted(set(pins) - set(stack))
+        return cls(
+            id=data["id"],
+            list_name=str(data.get("list", "")),
+            models=tuple(data.get("models", ())),
+            backend=str(data.get("backend", "")),
+            scope=data["scope"],
+            upstream=data.get("upstream"),
+            upstream_state=str(data["upstream_state"]),
+            pins={name: pins[name] for name in order},  # the JSON is key-sorted; show stack order
+            reasons=tuple(data.get("reasons", ())),
+            evidence=tuple(dict(e) for e in data.get("evidence", ())),
+            audited_at=str(data.get("audited_at", "")),
+            exporter_version=str(data.get("exporter_version", "")),
+        )
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The entries the PR should remove, and for every entry looked at, why it is in or out."""
+
+    proposals: tuple[Proposal, ...]
+    notes: dict[str, str] = field(default_factory=dict)
+    turned_down: dict[str, int] = field(default_factory=dict)  # entry id → closed PR number
+
+
+# ── The report ──
+def check_report(data: Any) -> Mapping[str, Any]:
+    """The report if it is a schema-1 audit report with the fields this module reads."""
+    if not isinstance(data, dict) or data.get("schema") != REPORT_SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ReportError(f"not an exportbot audit report of schema {REPORT_SCHEMA} (schema {found!r})")
+    entries = data.get("entries")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ReportError("audit report lacks a list of 'entries'")
+    if not isinstance(data.get("pins"), dict):
+        raise ReportError("audit report lacks 'pins'")
+    needed = ("id", "list", "models", "backend", "scope", "upstream", "upstream_state", "verdict")
+    for entry in ledger_rows(data):
+        missing = [k for k in needed if k not in entry]
+        if missing:
+            raise ReportError(f"audit report entry {entry.get('id', '?')!r} lacks {', '.join(missing)}")
+        if entry["backend"] not in BACKEND_STACK:
+            raise ReportError(f"audit report entry {entry['id']!r}: unknown backend {entry['backend']!r}")
+    return data
+
+
+def ledger_rows(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The report's ledger entries. Rows of another ``kind`` (registered workarounds, which
+    ``audit --workarounds`` may add) are skipped: only a ledger entry can be removed by editing the ledger."""
+    return [row for row in report["entries"] if row.get("kind", "entry") == "entry"]
+
+
+def proposal_from_report(entry: Mapping[str, Any], report: Mapping[str, Any]) -> Proposal:
+    """A report row (a ``removable`` one) as a proposal, with the stack versions it was re-run at."""
+    pins = report["pins"]
+    return Proposal(
+        id=entry["id"],
+        list_name=entry["list"],
+        models=tuple(entry["models"]),
+        backend=entry["backend"],
+        scope=entry["scope"],
+        upstream=entry["upstream"],
+        upstream_state=entry["upstream_state"].get("summary", UNKNOWN),
+        pins={name: pins.get(normalize_name(name)) for name in BACKEND_STACK[entry["backend"]]},
+        reasons=tuple(entry.get("reasons", ())),
+        evidence=tuple(
+            {k: e.get(k) for k in ("model", "mode", "run", "status", "max_abs_diff")}
+            for e in entry.get("evidence", ())
+        ),
+        audited_at=str(report.get("generated_at", "")),
+        exporter_version=str(report.get("exporter_version", "")),
+    )
+
+
+def select_proposals(
+    report: Mapping[str, Any],
+    base_ledger: Ledger,
+    previous: Sequence[Proposal],
+    closed: Sequence[tuple[int, Proposal]],
+    runs_required: int,
+    max_proposals: int = MAX_PROPOSALS,
+) -> Selection:
+    """Which entries the rolling PR removes now.
+
+    * ``removable`` in the report → proposed. An entry the open PR already proposes keeps its earlier
+      evidence when upstream state and pins are unchanged and that evidence was complete, so a daily
+      audit finding the same thing does not rewrite the PR.
+    * ``not-due`` or ``unknown`` (nothing re-run, e.g. rate limited) for an entry the PR already
+      proposes → kept: nothing speaks against it. The same for entries the report does not cover
+      (``audit --entry``).
+    * ``still-needed``, ``changed``, ``human`` → taken out.
+    * At most ``max_proposals`` entries, so the body stays under GitHub's 65,536 characters and a
+      review stays small; the rest wait for the next PR.
+    * Never proposed: entries absent from the base branch's ledger or listed differently there (the
+      audit ran on another version of the entry), and entries of a PR closed unmerged at the same
+      upstream state and pins.
+    """
+    earlier = {p.id: p for p in previous}
+    candidates: dict[str, tuple[Proposal, str]] = {}
+    notes: dict[str, str] = {}
+    rows = {row["id"]: row for row in ledger_rows(report)}
+    for entry_id, row in rows.items():
+        verdict, first_reason = row["verdict"], (row.get("reasons") or [""])[0]
+        if verdict == REMOVABLE:
+            fresh = proposal_from_report(row, report)
+            kept = earlier.get(entry_id)
+            if (
+                kept
+                and kept.basis == fresh.basis
+                and kept.models == fresh.models
+                and not kept.shortfall(runs_required)
+            ):
+                candidates[entry_id] = kept, f"proposed (evidence of {kept.audited_at} still holds)"
+            else:
+                candidates[entry_id] = fresh, "proposed: " + first_reason
+        elif entry_id in earlier and verdict in (NOT_DUE, UNKNOWN):
+            candidates[entry_id] = earlier[entry_id], f"kept: {verdict} in this audit, nothing against it"
+        elif entry_id in earlier:
+            notes[entry_id] = f"taken out: {verdict}: {first_reason}"
+        else:
+            notes[entry_id] = f"not removable: {verdict}"
+    for entry_id, proposal in earlier.items():
+        if entry_id not in rows:
+            candidates[entry_id] = proposal, "kept: not in this audit"
+
+    base_entries = {e.id: e for e in base_ledger.entries}
+    chosen: dict[str, Proposal] = {}
+    turned_down: dict[str, int] = {}
+    for entry_id, (proposal, note) in candidates.items():
+        entry = base_entries.get(entry_id)
+        refused = next((n for n, p in closed if p.id == entry_id and p.basis == proposal.basis), None)
+        if entry is None:
+            notes[entry_id] = "not in the base branch's ledger"
+        elif entry.models != proposal.models or entry.list_name != proposal.list_name:
+            notes[entry_id] = "listed differently on the base branch than in the audit; audit again"
+        elif refused is not None:
+            turned_down[entry_id] = refused
+            notes[entry_id] = (
+                f"not proposed again: #{refused} was closed unmerged at this upstream state and these pins"
+            )
+        else:
+            chosen[entry_id] = proposal
+            notes[entry_id] = note
+    # Entries already in the PR keep their place; new ones queue in ledger order behind the cap.
+    position = {e.id: n for n, e in enumerate(base_ledger.entries)}
+    queue = sorted(chosen, key=lambda i: (i not in earlier, position[i]))
+    for entry_id in queue[max_proposals:]:
+        del chosen[entry_id]
+        notes[entry_id] = f"waiting: the PR holds at most {max_proposals} entries; proposed once some merge"
+    ordered = tuple(chosen[e.id] for e in base_ledger.entries if e.id in chosen)
+    order = [*rows, *(i for i in earlier if i not in rows)]  # report order, then entries it lacked
+    return Selection(ordered, {i: notes[i] for i in order}, turned_down)
+
+
+# ── Registry edits ──
+def shrink_changes(registry_dir: Path, entry_ids: Iterable[str]) -> dict[Path, str]:
+    """Path → new text of each ledger file that removing ``entry_ids`` changes.
+
+    The edits run on copies in a temporary directory: ``registry_dir`` is only read, so a dry run on
+    a working tree leaves it exactly as it was. ``KeyError`` for an id the ledger does not have.
+    """
+    ledger = load_ledger(registry_dir)
+    entries = [ledger.by_id(entry_id) for entry_id in entry_ids]
+    changed: dict[Path, str] = {}
+    with tempfile.TemporaryDirectory(prefix="exportbot-shrink-") as scratch:
+        for entry in entries:
+            copy = Path(scratch) / entry.path.name
+            if not copy.exists():
+                shutil.copyfile(entry.path, copy)
+            changed[entry.path] = remove_entry(copy, entry.id)
+    return changed
+
+
+def unified_diff(changes: Mapping[str, tuple[str, str]]) -> str:
+    """``git diff``-style text of repository path → (old, new) texts, paths in sorted order."""
+    parts = []
+    for path in sorted(changes):
+        old, new = changes[path]
+        parts += difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+        )
+    return "".join(parts)
+
+
+def git_blob_sha(text: str) -> str:
+    """The SHA git gives a file with this text, to compare with a tree without downloading it."""
+    data = text.encode("utf-8")
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+# ── Commits ──
+def commit_message(proposals: Sequence[Proposal], base_sha: str) -> str:
+    """The bot's commit message; its trailers mark the commit as the bot's and name the base it used."""
+    ids = ", ".join(p.id for p in proposals)
+    return f"{pr_title(proposals)}\n\nRemoves: {ids}\n\n{BOT_TRAILER}\n{BASE_TRAILER}: {base_sha}\n"
+
+
+def read_trailers(message: str) -> tuple[bool, str | None]:
+    """Whether a commit message is the bot's, and the base SHA it recorded."""
+    is_bot = any(line.strip() == BOT_TRAILER for line in message.splitlines())
+    match = _BASE_LINE.search(message)
+    return is_bot, match.group(1) if match else None
+
+
+def human_commit_comment(sha: str, branch: str) -> str:
+    """Said once per foreign tip commit; the marker lets the next run see it was already said."""
+    return (
+        f"{_HUMAN_MARKER.format(sha=sha)}\n"
+        f"exportbot: `{branch}` now ends in commit {sha[:12]}, which exportbot did not make, so exportbot "
+        "will not push to this branch or rewrite this description. The audit reports keep listing what it "
+        "finds. To hand the branch back (this drops the other commits), run "
+        "`exportbot pr --report REPORT --apply --recreate`."
+    )
+
+
+def has_human_comment(comments: Iterable[str], sha: str) -> bool:
+    return any(_HUMAN_MARKER.format(sha=sha) in body for body in comments)
+
+
+# ── The PR ──
+def pr_title(proposals: Sequence[Proposal]) -> str:
+    count = len(proposals)
+    return f"exportbot: remove {count} workaround ledger entr{'y' if count == 1 else 'ies'}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _versions(pins: Mapping[str, str | None]) -> str:
+    return ", ".join(f"{name} {version or '(unpinned)'}" for name, version in pins.items())
+
+
+def _evidence_rows(proposal: Proposal) -> list[str]:
+    rows = []
+    for model in proposal.models:
+        for dynamic in scope_modes(proposal.scope):
+            mode = "dynamic" if dynamic else "static"
+            runs = [e for e in proposal.evidence if e.get("model") == model and e.get("mode") == mode]
+            passed = sum(1 for e in runs if e.get("status") == PASS)
+            diffs = ", ".join(
+                "—" if e.get("max_abs_diff") is None else f"{e['max_abs_diff']:.3g}" for e in runs
+            )
+            rows.append(f"| `{model}` | {mode} | {passed} of {len(runs)} | {diffs or '—'} |")
+    return rows
+
+
+def _section(proposal: Proposal, runs_required: int) -> list[str]:
+    commands = [
+        f"exportbot export {model} --backend {proposal.backend} --{'dynamic' if d else 'static'} --ignore-ledger"
+        for model in proposal.models
+        for d in scope_modes(proposal.scope)
+    ]
+    shortfall = proposal.shortfall(runs_required)
+    return [
+        f"### `{proposal.id}`",
+        "",
+        f"- **Models:** {', '.join(f'`{m}`' for m in proposal.models)} ({proposal.list_name}, "
+        f"backend `{proposal.backend}`, scope `{proposal.scope}`)",
+        f"- **Upstream** ({proposal.upstream_state}): {proposal.upstream or 'none recorded'}",
+        f"- **Re-run at:** {_versions(proposal.pins)}",
+        f"- **Audit:** {proposal.audited_at or 'unknown'} (exporters {proposal.exporter_version or 'unknown'})",
+        f"- **Verdict:** {'; '.join(proposal.reasons) or 'removable'}",
+        *([f"- **Evidence incomplete:** {'; '.join(shortfall)}"] if shortfall else []),
+        "",
+        f"| model | mode | runs passed (of {runs_required} required) | max abs diff vs eager, per run |",
+        "| --- | --- | --- | --- |",
+        *_evidence_rows(proposal),
+        "",
+        "Reproduce locally (the export without this workaround):",
+        "",
+        "```sh",
+        *commands,
+        "```",
+        "",
+        proposal.to_block(),
+        "",
+    ]
+
+
+def pr_body(proposals: Sequence[Proposal], runs_required: int, branch: str) -> str:
+    """The PR description; the same proposals always give the same text (no timestamps of this run)."""
+    incomplete = [p.id for p in proposals if p.shortfall(runs_required)]
+    lines = [
+        PR_MARKER,
+        "exportbot re-ran the exports below **without** their workaround, at the pinned versions; every "
+        "run passed and matched the eager model. This PR removes their ledger entries.",
+        "",
+    ]
+    if incomplete:
+        lines += [
+            "> [!NOTE]",
+            f"> Evidence is incomplete for {', '.join(f'`{i}`' for i in incomplete)} (fewer than "
+            f"{runs_required} passing runs per model and mode): review once the next audit completes it.",
+            "",
+        ]
+    lines += ["| entry | list | models | upstream |", "| --- | --- | --- | --- |"]
+    lines += [
+        f"| `{p.id}` | {p.list_name} | {_cell(', '.join(p.models))} | {p.upstream_state} |" for p in proposals
+    ]
+    lines.append("")
+    for proposal in proposals:
+        lines += _section(proposal, runs_required)
+    lines += [
+        "---",
+        f"Maintained by exportbot on `{branch}`: it rewrites this description and adds commits while it is "
+        "the only one committing there (push a commit to take the branch over). Closing this PR unmerged "
+        "stops these entries from being proposed again until their upstream state or pinned versions change.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_pr_body(body: str | None) -> list[Proposal]:
+    """The proposals recorded in a PR body; blocks that are not ours (edited, truncated) are skipped."""
+    found = []
+    for match in _BLOCK.finditer(body or ""):
+        try:
+            found.append(Proposal.from_block(json.loads(match.group(1))))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def closed_body(notes: Mapping[str, str]) -> str:
+    """The body of a PR the bot closes itself: no entry blocks, so nothing is held back later."""
+    lines = [
+        PR_MARKER,
+        "exportbot closed this PR: no entry it proposed is removable any more.",
+        "",
+        *(f"- `{entry_id}`: {note}" for entry_id, note in sorted(notes.items())),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# ── The dashboard ──
+def _normalized(versions: Mapping[str, str | None]) -> dict[str, str | None]:
+    return {normalize_name(name): version for name, version in versions.items()}
+
+
+def reverse_flags(
+    report: Mapping[str, Any], ledger: Ledger, verification: Mapping[str, Verification]
+) -> dict[str, str]:
+    """Entry id → warning for entries whose upstream closed as fixed but which still fail at our pins."""
+    dependencies = {e.id: e.dependency for e in ledger.entries}
+    flags = {}
+    for row in ledger_rows(report):
+        if row["upstream_state"].get("summary") not in FIXED_STATES:
+            continue
+        record = verification.get(row["id"])
+        if row["verdict"] == STILL_NEEDED:
+            versions, when = _normalized(report["pins"]), str(report.get("generated_at", ""))[:10]
+        elif row["verdict"] == NOT_DUE and record is not None and record.verdict == STILL_NEEDED:
+            versions, when = _normalized(record.versions), str(record.verified_on)
+        else:
+            continue
+        dependency = dependencies.get(row["id"])
+        version = versions.get(normalize_name(dependency)) if dependency else None
+        stack = [
+            f"{n} {versions.get(normalize_name(n)) or '(unpinned)'}" for n in BACKEND_STACK[row["backend"]]
+        ]
+        where = f"{dependency} {version}" if dependency and version else ", ".join(stack)
+        flags[row["id"]] = f"closed upstream, still failing at {where} (checked {when})"
+    return flags
+
+
+def _last_verification(row: Mapping[str, Any], report: Mapping[str, Any], record: Verification | None) -> str:
+    if row.get("evidence"):
+        pins = _normalized(report["pins"])
+        stack = ", ".join(f"{n} {pins.get(normalize_name(n)) or '?'}" for n in BACKEND_STACK[row["backend"]])
+        return f"{str(report.get('generated_at', ''))[:10]} ({stack})"
+    if record is not None:
+        return f"{record.verified_on} ({_versions(record.versions)})"
+    return "never"
+
+
+def dashboard_body(
+    report: Mapping[str, Any],
+    ledger: Ledger,
+    verification: Mapping[str, Verification],
+    pr_links: Mapping[str, str],
+) -> str:
+    """The dashboard issue: every audited entry, what upstream says, when it was last re-run, the verdict
+    and the shrink PR; above the table, what needs a human (reverse direction, changed, human)."""
+    flags = reverse_flags(report, ledger, verification)
+    attention = [f"- `{entry_id}`: {text}" for entry_id, text in flags.items()]
+    attention += [
+        f"- `{row['id']}`: {row['verdict']}: {_cell((row.get('reasons') or [''])[0])}"
+        for row in ledger_rows(report)
+        if row["verdict"] in ("changed", "human")
+    ]
+    partial = " (partial: rate limited)" if report.get("partial") else ""
+    lines = [
+        DASHBOARD_MARKER,
+        f"Ledger state from the audit of {report.get('generated_at', 'unknown')}{partial}, "
+        f"{len(ledger_rows(report))} entries. Updated in place by exportbot.",
+        "",
+        "## Needs a human",
+        "",
+        *(attention or ["Nothing."]),
+        "",
+        "## Entries",
+        "",
+        "| entry | models | upstream | last verification | verdict | shrink PR |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in ledger_rows(report):
+        state = row["upstream_state"].get("summary", UNKNOWN)
+        upstream = f"[{state}]({row['upstream']})" if row["upstream"] else state
+        verdict = row["verdict"] + (" ⚠️" if row["id"] in flags else "")
+        lines.append(
+            f"| `{row['id']}` | {_cell(', '.join(row['models']))} | {upstream} | "
+            f"{_last_verification(row, report, verification.get(row['id']))} | {verdict} | "
+            f"{pr_links.get(row['id'], '—')} |"
+        )
+    return "\n".join(lines) + "\n"
