@@ -172,11 +172,13 @@ def list_workarounds_command(as_json: bool) -> None:
 def _register_subcommands() -> None:
     from bot.audit import audit_command
     from bot.lint import lint_command
+    from bot.shrink import pr_command
     from bot.sweep import sweep_group
 
     main.add_command(lint_command)
     main.add_command(audit_command)
     main.add_command(sweep_group)
+    main.add_command(pr_command)
 
 
 _register_subcommands()
