@@ -1,4 +1,4 @@
-"""``exportbot audit``: is each workaround in the ledger still needed?
+"""``exportbot audit``: is each workaround in the ledger (and, with ``--workarounds``, in the registry) still needed?
 
 Data flows one way: ledger → upstream state (one request per distinct issue) → plan (bot.plan, pure)
 → re-run of the due entries without their workaround (bot.rerun, isolated subprocesses) → verdicts
@@ -9,6 +9,14 @@ Every entry appears in every report, with why it is or is not eligible, so a bot
 removals says why instead of going quiet. When GitHub's rate limit runs out mid-run (reset later than
 the tracker will wait), querying stops and the report is marked ``partial``: the entries not yet asked
 get verdict ``unknown`` ("rate limited until ...") and are not re-run.
+
+With ``--workarounds`` every registered workaround that carries ``upstream`` or ``dependency`` metadata
+(or is named by ``--entry``) is audited the same way, as a :class:`bot.plan.Subject`: same triggers,
+same verdicts, re-run in isolated processes with ``--without NAME`` (only that workaround disabled) on at
+most ``--probes`` exports it fired in, taken from the workaround index (bot/workaround_index.py). A
+workaround records no failure regex: any failure without it means still needed, and the error is shown.
+Its rows go to ``workarounds`` in the JSON report (``entries`` stays ledger-only, so a consumer that
+edits the ledger never sees them) and its verifications to ``registry/verified-workarounds.toml``.
 
 Exit codes: 0 nothing removable and nothing needs attention (``not-due``, ``still-needed``,
 ``unknown`` only); 3 some entry is removable; 4 some entry is ``changed`` or needs a ``human`` (this
@@ -22,7 +30,7 @@ import datetime
 import json
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,10 +39,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from bot.errors import UsageProblem, report_errors
+from bot.errors import EXIT_FAILED, UsageProblem, report_errors
 from bot.pins import find_pin_file, read_pins
-from bot.plan import Plan, describe_state, parse_candidate, plan_entry
-from bot.rerun import DEFAULT_RUNS, DEFAULT_TIMEOUT, RunExport, rerun_entry, subprocess_runner
+from bot.plan import Plan, Subject, describe_state, entry_subject, parse_candidate, plan_entry
+from bot.rerun import DEFAULT_RUNS, DEFAULT_TIMEOUT, ProbeRunner, RunExport, rerun_subject, subprocess_runner
 from bot.tracker import (
     RateLimited,
     SnapshotError,
@@ -44,8 +52,22 @@ from bot.tracker import (
     write_snapshot,
 )
 from bot.verdict import CHANGED, HUMAN, REMOVABLE, RERUN_VERDICTS, UNKNOWN, VERDICTS, Verdict, verdict
-from bot.verification import Verification, exporter_version, load_verification, save_verification
+from bot.verification import (
+    WORKAROUNDS_VERIFIED_FILE,
+    Verification,
+    exporter_version,
+    load_verification,
+    save_verification,
+)
+from bot.workaround_index import (
+    DEFAULT_JSON,
+    DEFAULT_PROBE_LIMIT,
+    WorkaroundIndexError,
+    load_index,
+    probe_subject,
+)
 from exporters.ledger import Ledger, LedgerEntry, default_registry_dir, load_ledger
+from exporters.utils import Workaround
 
 REPORT_SCHEMA = 1
 EXIT_NOTHING = 0
@@ -63,7 +85,6 @@ class EntryReport:
     verdict: Verdict
 
     def as_dict(self) -> dict[str, Any]:
-        state = self.state
         return {
             "id": self.entry.id,
             "list": self.entry.list_name,
@@ -71,22 +92,53 @@ class EntryReport:
             "backend": self.entry.backend,
             "scope": self.entry.scope,
             "upstream": self.entry.upstream,
-            "upstream_state": {
-                "summary": describe_state(state) if self.plan else UNKNOWN,
-                "state": state.state if state else None,
-                "state_reason": state.state_reason if state else None,
-                "merged": state.merged if state else None,
-                "closed_at": state.closed_at if state else None,
-                "reachable": state.reachable if state else None,
-                "error": state.error if state else None,
-            },
-            "due": bool(self.plan and self.plan.due),
-            "due_reasons": list(self.plan.reasons) if self.plan else [],
-            "moved_pins": {k: list(v) for k, v in self.plan.moved_pins.items()} if self.plan else {},
-            "verdict": self.verdict.verdict,
-            "reasons": list(self.verdict.reasons),
-            "evidence": list(self.verdict.evidence),
+            **_checked_dict(self.state, self.plan, self.verdict),
         }
+
+
+@dataclass(frozen=True)
+class WorkaroundReport:
+    """One registered workaround's row: as :class:`EntryReport`, with the exports it was probed on."""
+
+    workaround: Workaround
+    subject: Subject
+    state: UpstreamState | None
+    plan: Plan | None
+    verdict: Verdict
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.workaround.name,
+            "kind": self.workaround.kind,
+            "backend": self.workaround.backend,
+            "exports": [
+                {"model": e.model, "backend": e.backend, "mode": e.mode} for e in self.subject.exports
+            ],
+            "upstream": self.workaround.upstream,
+            "dependency": self.workaround.dependency,
+            **_checked_dict(self.state, self.plan, self.verdict),
+        }
+
+
+def _checked_dict(state: UpstreamState | None, plan: Plan | None, verdict_: Verdict) -> dict[str, Any]:
+    """The report fields shared by ledger entries and workarounds: upstream, plan, verdict, evidence."""
+    return {
+        "upstream_state": {
+            "summary": describe_state(state) if plan else UNKNOWN,
+            "state": state.state if state else None,
+            "state_reason": state.state_reason if state else None,
+            "merged": state.merged if state else None,
+            "closed_at": state.closed_at if state else None,
+            "reachable": state.reachable if state else None,
+            "error": state.error if state else None,
+        },
+        "due": bool(plan and plan.due),
+        "due_reasons": list(plan.reasons) if plan else [],
+        "moved_pins": {k: list(v) for k, v in plan.moved_pins.items()} if plan else {},
+        "verdict": verdict_.verdict,
+        "reasons": list(verdict_.reasons),
+        "evidence": list(verdict_.evidence),
+    }
 
 
 @dataclass
@@ -99,6 +151,7 @@ class AuditReport:
     runs: int
     candidate: str | None = None
     rate_limited_until: str | None = None
+    workarounds: list[WorkaroundReport] = field(default_factory=list)
     generated_at: str = field(
         default_factory=lambda: datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     )
@@ -108,11 +161,15 @@ class AuditReport:
         return self.rate_limited_until is not None
 
     def counts(self) -> dict[str, int]:
-        found = Counter(e.verdict.verdict for e in self.entries)
-        return {name: found.get(name, 0) for name in VERDICTS}
+        """Verdicts of the ledger entries."""
+        return _count(self.entries)
+
+    def workaround_counts(self) -> dict[str, int]:
+        return _count(self.workarounds)
 
     def exit_code(self) -> int:
-        counts = self.counts()
+        """From the ledger entries and the workarounds together."""
+        counts = Counter(self.counts()) + Counter(self.workaround_counts())
         if counts[CHANGED] or counts[HUMAN]:
             return EXIT_ATTENTION
         return EXIT_REMOVABLE if counts[REMOVABLE] else EXIT_NOTHING
@@ -130,7 +187,17 @@ class AuditReport:
             "counts": self.counts(),
             "exit_code": self.exit_code(),
             "entries": [e.as_dict() for e in self.entries],
+            "workaround_counts": self.workaround_counts(),
+            "workarounds": [w.as_dict() for w in self.workarounds],
         }
+
+
+def _count(rows: Sequence[EntryReport | WorkaroundReport]) -> dict[str, int]:
+    found = Counter(row.verdict.verdict for row in rows)
+    return {name: found.get(name, 0) for name in VERDICTS}
+
+
+Checked = tuple[UpstreamState | None, Plan | None, Verdict]
 
 
 def run_audit(
@@ -144,49 +211,78 @@ def run_audit(
     force_all: bool = False,
     candidate: str | None = None,
     runs: int = DEFAULT_RUNS,
+    workarounds: Sequence[tuple[Workaround, Subject]] = (),
+    workaround_verification: Mapping[str, Verification] | None = None,
+    probe_runner: ProbeRunner | None = None,
 ) -> AuditReport:
-    """Audit the ledger (or only ``entry_ids``, which are then forced); never raises for a rate limit."""
-    entries = [ledger.by_id(i) for i in entry_ids] if entry_ids else list(ledger.entries)
-    rows: list[EntryReport] = []
+    """Audit the ledger, then ``workarounds`` (each with its subject, probed by ``probe_runner(name)``).
+
+    ``entry_ids`` (ledger ids and workaround names) restricts the audit to those, which are then forced.
+    Never raises for a rate limit: once limited, every later entry and workaround is ``unknown``.
+    """
+    selected = set(entry_ids)
+    unknown = selected - {e.id for e in ledger.entries} - {w.name for w, _ in workarounds}
+    if unknown:
+        raise KeyError(", ".join(sorted(unknown)))
+    entries = [e for e in ledger.entries if e.id in selected] if selected else list(ledger.entries)
+    chosen = [(w, s) for w, s in workarounds if w.name in selected] if selected else list(workarounds)
+    if chosen and probe_runner is None:
+        raise ValueError("auditing workarounds needs a probe_runner")
     limited: RateLimited | None = None
-    for entry in entries:
+
+    def check(
+        subject: Subject, records: Mapping[str, Verification], runner: Callable[[], RunExport]
+    ) -> Checked:
+        nonlocal limited
+        if limited is None:
+            try:
+                state = tracker.state(subject.upstream) if subject.upstream else None
+            except RateLimited as error:
+                limited = error
         if limited is not None:
             reason = f"rate limited until {limited.reset_at:%Y-%m-%dT%H:%M:%SZ}; not checked in this run"
-            rows.append(EntryReport(entry, None, None, Verdict(entry.id, UNKNOWN, [reason])))
-            continue
-        try:
-            state = tracker.state(entry.upstream) if entry.upstream else None
-        except RateLimited as error:
-            limited = error
-            reason = f"rate limited until {error.reset_at:%Y-%m-%dT%H:%M:%SZ}; not checked in this run"
-            rows.append(EntryReport(entry, None, None, Verdict(entry.id, UNKNOWN, [reason])))
-            continue
-        force = force_all or bool(entry_ids)
-        plan = plan_entry(entry, state, pins, verification, force=force, candidate=candidate)
-        outcomes = rerun_entry(entry, run_export, runs) if plan.due else []
-        rows.append(EntryReport(entry, state, plan, verdict(entry, plan, state, outcomes)))
+            return None, None, Verdict(subject.id, UNKNOWN, [reason])
+        force = force_all or bool(selected)
+        plan = plan_entry(subject, state, pins, records, force=force, candidate=candidate)
+        if plan.due and not subject.exports:
+            reason = (
+                "due, but it fired in no passing export of the workaround index: nothing to re-run "
+                "(sweep a class it fires in, then `exportbot workarounds index`)"
+            )
+            return state, plan, Verdict(subject.id, UNKNOWN, [*plan.reasons, reason])
+        outcomes = rerun_subject(subject, runner(), runs) if plan.due else []
+        return state, plan, verdict(subject, plan, state, outcomes)
+
+    rows = [EntryReport(e, *check(entry_subject(e), verification, lambda: run_export)) for e in entries]
+    probed = [
+        WorkaroundReport(w, s, *check(s, workaround_verification or {}, lambda w=w: probe_runner(w.name)))
+        for w, s in chosen
+    ]
     until = f"{limited.reset_at:%Y-%m-%dT%H:%M:%SZ}" if limited else None
-    return AuditReport(rows, dict(pins), exporter_version(), runs, candidate, until)
+    return AuditReport(rows, dict(pins), exporter_version(), runs, candidate, until, probed)
 
 
-def verification_records(report: AuditReport, today: datetime.date) -> list[Verification]:
-    """What to remember: entries whose verdict came from a re-run, with the stack they ran against."""
+def verification_records(
+    report: AuditReport, today: datetime.date, *, workarounds: bool = False
+) -> list[Verification]:
+    """What to remember: entries (or workarounds) whose verdict came from a re-run, with their stack."""
+    rows: Sequence[EntryReport | WorkaroundReport] = report.workarounds if workarounds else report.entries
     return [
         Verification(
-            entry_id=row.entry.id,
+            entry_id=row.verdict.entry_id,
             verified_on=today,
             versions={k: v for k, v in row.plan.versions.items() if v is not None},
             exporter_version=report.exporter_version,
             verdict=row.verdict.verdict,
             upstream_state=describe_state(row.state),
         )
-        for row in report.entries
+        for row in rows
         if row.plan is not None and row.verdict.verdict in RERUN_VERDICTS
     ]
 
 
 # ── Rendering ──
-def _due_text(row: EntryReport) -> str:
+def _due_text(row: EntryReport | WorkaroundReport) -> str:
     if row.plan is None:
         return "—"
     return ("due: " if row.plan.due else "not due: ") + "; ".join(row.plan.reasons)
@@ -205,6 +301,28 @@ def render_table(report: AuditReport) -> Table:
             row.entry.id,
             "\n".join(row.entry.models),
             f"{upstream}\n{row.entry.upstream or ''}".strip(),
+            _due_text(row),
+            f"{row.verdict.verdict}\n" + "\n".join(row.verdict.reasons),
+        )
+    return table
+
+
+def _probes_text(row: WorkaroundReport) -> str:
+    return "\n".join(f"{e.model} {e.backend}/{e.mode}" for e in row.subject.exports) or "none indexed"
+
+
+def render_workaround_table(report: AuditReport) -> Table:
+    table = Table(
+        title=f"audit of {len(report.workarounds)} registered workarounds (re-run with only it disabled)"
+    )
+    for column in ("workaround", "probes", "upstream", "due / why", "verdict"):
+        table.add_column(column, overflow="fold")
+    for row in report.workarounds:
+        upstream = describe_state(row.state) if row.plan else UNKNOWN
+        table.add_row(
+            f"{row.workaround.name}\n({row.workaround.kind}, {row.workaround.backend})",
+            _probes_text(row),
+            f"{upstream}\n{row.workaround.upstream or ''}".strip(),
             _due_text(row),
             f"{row.verdict.verdict}\n" + "\n".join(row.verdict.reasons),
         )
@@ -230,14 +348,32 @@ def render_markdown(report: AuditReport) -> str:
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", "<br>")
 
-    for row in report.entries:
+    def link(row: EntryReport | WorkaroundReport, url: str | None) -> str:
         upstream = describe_state(row.state) if row.plan else UNKNOWN
-        link = f"[{upstream}]({row.entry.upstream})" if row.entry.upstream else upstream
-        verdict_text = f"**{row.verdict.verdict}**: " + "; ".join(row.verdict.reasons)
+        return f"[{upstream}]({url})" if url else upstream
+
+    def verdict_text(row: EntryReport | WorkaroundReport) -> str:
+        return f"**{row.verdict.verdict}**: " + "; ".join(row.verdict.reasons)
+
+    for row in report.entries:
         lines.append(
-            f"| {cell(row.entry.id)} | {cell(', '.join(row.entry.models))} | {link} | "
-            f"{cell(_due_text(row))} | {cell(verdict_text)} |"
+            f"| {cell(row.entry.id)} | {cell(', '.join(row.entry.models))} | {link(row, row.entry.upstream)} | "
+            f"{cell(_due_text(row))} | {cell(verdict_text(row))} |"
         )
+    if report.workarounds:
+        counts = ", ".join(f"{n} {v}" for v, n in report.workaround_counts().items() if n)
+        lines += [
+            "",
+            f"### Registered workarounds (re-run with only it disabled): {counts}",
+            "",
+            "| workaround | probes | upstream | due / why | verdict |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for w in report.workarounds:
+            lines.append(
+                f"| `{w.workaround.name}` | {cell(_probes_text(w))} | {link(w, w.workaround.upstream)} | "
+                f"{cell(_due_text(w))} | {cell(verdict_text(w))} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -294,7 +430,35 @@ def _make_tracker(
     help="Environment variable holding the token [default: GITHUB_TOKEN, then GH_TOKEN].",
 )
 @click.option("--all", "force_all", is_flag=True, help="Re-run every entry, due or not.")
-@click.option("--entry", "entry_ids", multiple=True, metavar="ID", help="Audit (and re-run) only this entry.")
+@click.option(
+    "--entry",
+    "entry_ids",
+    multiple=True,
+    metavar="ID",
+    help="Audit (and re-run) only this entry (or, with --workarounds, this workaround); repeatable.",
+)
+@click.option(
+    "--workarounds",
+    "with_workarounds",
+    is_flag=True,
+    help="Also audit every registered workaround with upstream/dependency metadata: re-run exports it fired in "
+    "with only it disabled (--without NAME).",
+)
+@click.option(
+    "--index",
+    "index_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=DEFAULT_JSON,
+    show_default=True,
+    help="Workaround index (JSON) saying which exports each workaround fired in.",
+)
+@click.option(
+    "--probes",
+    type=click.IntRange(1),
+    default=DEFAULT_PROBE_LIMIT,
+    show_default=True,
+    help="Exports re-run per workaround (passing exports it fired in, spread over backends and modes).",
+)
 @click.option(
     "--candidate",
     default=None,
@@ -341,16 +505,24 @@ def _make_tracker(
     default=None,
     help="Write the upstream states looked up to this snapshot file (reuses its ETags if present).",
 )
+@click.option(
+    "--open-prs",
+    is_flag=True,
+    help="Then open or update the rolling shrink PR from this report (see `exportbot pr`); a dry run printing "
+    "the diff and body unless CI=true and a token is set.",
+)
 @report_errors
 def audit_command(
     registry_dir: Path | None, pin_file: Path | None, tracker_file: Path | None, github_url: str | None,
     web_host: str | None, token_env: str | None, force_all: bool, entry_ids: tuple[str, ...],
-    candidate: str | None, runs: int, timeout: float, json_file: Path | None, markdown_file: Path | None,
-    update_verification: bool, snapshot_file: Path | None,
+    with_workarounds: bool, index_file: Path, probes: int, candidate: str | None, runs: int, timeout: float,
+    json_file: Path | None, markdown_file: Path | None, update_verification: bool, snapshot_file: Path | None,
+    open_prs: bool,
 ) -> None:  # fmt: skip
     """Check every ledger entry: upstream state, pins moved, re-run without the workaround, verdict.
 
-    Exit 0 nothing to do, 3 some entry removable, 4 some entry changed or needs a human, 1 errors.
+    With --workarounds, registered workarounds too (see docs/workaround-index.md for their probes).
+    Exit 0 nothing to do, 3 some entry (or workaround) removable, 4 some changed or needs a human, 1 errors.
     """
     registry_dir = registry_dir or default_registry_dir()
     if candidate is not None:
@@ -359,9 +531,12 @@ def audit_command(
         except ValueError as error:
             raise UsageProblem(str(error)) from None
     ledger = load_ledger(registry_dir)
-    unknown_ids = [i for i in entry_ids if i not in {e.id for e in ledger.entries}]
+    workarounds = _workaround_subjects(index_file, probes, entry_ids) if with_workarounds else []
+    known = {e.id for e in ledger.entries} | {w.name for w, _ in workarounds}
+    unknown_ids = [i for i in entry_ids if i not in known]
     if unknown_ids:
-        raise UsageProblem(f"no ledger entry {', '.join(map(repr, unknown_ids))} in {registry_dir}")
+        also = " or registered workaround" if with_workarounds else " (a workaround name needs --workarounds)"
+        raise UsageProblem(f"no ledger entry{also} {', '.join(map(repr, unknown_ids))} in {registry_dir}")
     pins = read_pins(pin_file or find_pin_file(registry_dir))
     verification = load_verification(registry_dir)
     previous = snapshot_file if snapshot_file is not None and snapshot_file.is_file() else None
@@ -371,10 +546,14 @@ def audit_command(
         raise UsageProblem(str(error)) from None
     report = run_audit(
         ledger, tracker, pins, verification, subprocess_runner(timeout),
-        entry_ids=entry_ids, force_all=force_all, candidate=candidate, runs=runs,
+        entry_ids=entry_ids, force_all=force_all, candidate=candidate, runs=runs, workarounds=workarounds,
+        workaround_verification=load_verification(registry_dir, WORKAROUNDS_VERIFIED_FILE),
+        probe_runner=lambda name: subprocess_runner(timeout, without=(name,)),
     )  # fmt: skip
 
     Console().print(render_table(report))
+    if with_workarounds:
+        Console().print(render_workaround_table(report))
     if candidate is not None:
         click.echo(f"note: candidate {candidate} is recorded only; re-runs used the pinned versions.")
     if json_file is not None:
@@ -392,4 +571,40 @@ def audit_command(
         today = datetime.datetime.now(datetime.UTC).date()
         keep = {e.id for e in ledger.entries}
         save_verification(registry_dir, verification_records(report, today), keep_ids=keep)
-    click.get_current_context().exit(report.exit_code())
+        if with_workarounds:
+            save_verification(
+                registry_dir, verification_records(report, today, workarounds=True),
+                keep_ids=_registered_names(), filename=WORKAROUNDS_VERIFIED_FILE,
+            )  # fmt: skip
+    code = report.exit_code()
+    if open_prs:
+        from bot.shrink import run_pr
+
+        if run_pr(report.as_dict(), apply=None, github_url=github_url, token_env=token_env) != 0:
+            code = EXIT_FAILED
+    click.get_current_context().exit(code)
+
+
+def _registered_names() -> set[str]:
+    from exporters.utils import all_workarounds
+
+    return {w.name for w in all_workarounds()}
+
+
+def _workaround_subjects(
+    index_file: Path, probes: int, entry_ids: Sequence[str]
+) -> list[tuple[Workaround, Subject]]:
+    """Registered workarounds with lifecycle metadata (or named by ``--entry``), each with its probes."""
+    from exporters import load_all_workarounds
+    from exporters.utils import all_workarounds
+
+    load_all_workarounds()
+    try:
+        index = load_index(index_file)
+    except WorkaroundIndexError as error:
+        raise UsageProblem(str(error)) from None
+    return [
+        (w, probe_subject(w, index, probes))
+        for w in all_workarounds()
+        if w.upstream or w.dependency or w.name in entry_ids
+    ]

@@ -171,14 +171,18 @@ def list_workarounds_command(as_json: bool) -> None:
 
 def _register_subcommands() -> None:
     from bot.audit import audit_command
+    from bot.bisect import bisect_command
     from bot.lint import lint_command
     from bot.shrink import pr_command
     from bot.sweep import sweep_group
+    from bot.workaround_index import workarounds_group
 
     main.add_command(lint_command)
     main.add_command(audit_command)
     main.add_command(sweep_group)
     main.add_command(pr_command)
+    main.add_command(workarounds_group)
+    main.add_command(bisect_command)
 
 
 _register_subcommands()

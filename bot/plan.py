@@ -1,4 +1,4 @@
-"""Decide which ledger entries are due for a re-run (pure: no I/O, same answer in CI and locally).
+"""Decide which ledger entries (and workarounds) are due for a re-run (pure: no I/O, same answer in CI and locally).
 
 An entry is *due* when there is a reason to believe its workaround may no longer be needed, or when
 nobody has checked yet:
@@ -13,6 +13,11 @@ nobody has checked yet:
 * ``--candidate PKG==VER`` names a package of its stack (recorded; see ``Plan.candidate``);
 * ``--all`` / ``--entry ID`` force it.
 
+The same rules apply to a registered workaround (``exportbot audit --workarounds``): both become a
+:class:`Subject`, the one shape the plan, the re-run and the verdict read. A workaround's stack is its
+backend's stack plus its ``dependency`` when that is another package, so a pin move of the package
+expected to carry the fix makes it due too.
+
 Upstream closed as ``not_planned`` / ``duplicate``, or reopened, makes an entry *not* due unless
 forced: a human decides what such a closure means (bot.verdict gives ``human``). An unreachable
 tracker, a 404 or an entry without a GitHub upstream gives no trigger but does not block one either:
@@ -21,13 +26,81 @@ a pin move still makes the entry due, because the re-run itself is the evidence.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from bot.pins import BACKEND_STACK, normalize_name
+from bot.rerun import scope_modes
 from bot.tracker import NOT_FOUND, UpstreamState
 from bot.verification import Verification
 from exporters.ledger import LedgerEntry
+from exporters.utils import Workaround
+
+ENTRY = "entry"
+WORKAROUND = "workaround"
+
+
+class Export(NamedTuple):
+    """One export a re-run repeats: a model class through a backend in one shape mode."""
+
+    model: str
+    backend: str
+    dynamic: bool
+
+    @property
+    def mode(self) -> str:
+        return "dynamic" if self.dynamic else "static"
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What the audit checks: a ledger entry or a registered workaround, reduced to what every step reads.
+
+    Why one shape: the triggers, the isolated re-runs and the verdicts are the same for both; only what a
+    re-run leaves out differs (``--ignore-ledger`` for an entry, ``--without NAME`` for a workaround).
+    ``failure`` is the recorded error regex; None (a workaround records none) makes any failure count as
+    "still needed", with the error shown.
+    """
+
+    id: str
+    kind: str  # ENTRY | WORKAROUND
+    backend: str  # a key of BACKEND_STACK
+    exports: tuple[Export, ...]
+    stack: tuple[str, ...]
+    upstream: str | None = None
+    dependency: str | None = None
+    failure: str | None = None
+
+
+def entry_subject(entry: LedgerEntry) -> Subject:
+    """A ledger entry as a subject: every model × every mode of its scope, through its backend."""
+    exports = tuple(Export(m, entry.backend, d) for m in entry.models for d in scope_modes(entry.scope))
+    return Subject(
+        entry.id, ENTRY, entry.backend, exports, tuple(BACKEND_STACK[entry.backend]),
+        entry.upstream, entry.dependency, entry.failure,
+    )  # fmt: skip
+
+
+def workaround_subject(workaround: Workaround, exports: Iterable[Export]) -> Subject:
+    """A workaround as a subject; ``exports`` are those it fired in (see bot.workaround_index).
+
+    ``executorch.xnnpack`` patches belong to the ``executorch`` stack. The dependency joins the stack when
+    it is not already part of it.
+    """
+    backend = workaround.backend.split(".")[0]
+    stack = list(BACKEND_STACK[backend])
+    if workaround.dependency and normalize_name(workaround.dependency) not in map(normalize_name, stack):
+        stack.append(workaround.dependency)
+    return Subject(
+        workaround.name, WORKAROUND, backend, tuple(exports), tuple(stack),
+        workaround.upstream, workaround.dependency, None,
+    )  # fmt: skip
+
+
+def as_subject(item: LedgerEntry | Subject) -> Subject:
+    """Callers may pass a ledger entry where a subject is read (the ledger audit always did)."""
+    return item if isinstance(item, Subject) else entry_subject(item)
 
 
 @dataclass(frozen=True)
@@ -80,7 +153,7 @@ def parse_candidate(candidate: str) -> tuple[str, str]:
 
 
 def plan_entry(
-    entry: LedgerEntry,
+    entry: LedgerEntry | Subject,
     upstream_state: UpstreamState | None,
     pins: Mapping[str, str],
     verification: Mapping[str, Verification],
@@ -89,7 +162,8 @@ def plan_entry(
     candidate: str | None = None,
 ) -> Plan:
     """The plan for ``entry``; ``pins`` is keyed by normalised name, as :func:`bot.pins.read_pins` gives."""
-    stack = BACKEND_STACK[entry.backend]
+    entry = as_subject(entry)
+    stack = entry.stack
     versions = {name: pins.get(normalize_name(name)) for name in stack}
     record = verification.get(entry.id)
     moved = _moved(record, versions) if record else {}

@@ -1,10 +1,14 @@
-"""Re-run a ledger entry's exports with the workaround removed, each in its own process.
+"""Re-run a ledger entry's (or a workaround's) exports with the workaround removed, each in its own process.
 
 Why a subprocess per export: a re-run must not share state with the audit (patched modules, torch
 caches, a half-initialised exporter) and must be killable: a hang becomes status ``timeout`` instead of
-a stuck job. Each run is ``python -m bot export CLASS --backend B --static|--dynamic --ignore-ledger``:
-``--ignore-ledger`` makes an ``EXPORT_SKIPS`` class export at all and an ``ONNX_DISABLE_OPTIMIZE`` class
-export with the optimizer on, i.e. exactly "without the workaround".
+a stuck job. Each run is ``python -m bot export CLASS --backend B --static|--dynamic`` plus what leaves the
+workaround out:
+
+* a ledger entry: ``--ignore-ledger`` makes an ``EXPORT_SKIPS`` class export at all and an
+  ``ONNX_DISABLE_OPTIMIZE`` class export with the optimizer on, i.e. exactly "without the workaround";
+* a registered workaround (a necessity probe): ``--without NAME`` disables only that one; every other
+  workaround and the ledger stay as the sweep that saw it fire had them.
 
 The runner is a plain callable ``run_export(model_class, backend, dynamic) -> dict`` (an outcome record
 as :class:`bot.runner.ExportOutcome.as_dict` gives), so verdict logic can be tested without exports.
@@ -17,17 +21,19 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from exporters.ledger import LedgerEntry
+if TYPE_CHECKING:
+    from bot.plan import Subject
 
 TIMEOUT = "timeout"
 DEFAULT_RUNS = 2
 DEFAULT_TIMEOUT = 600.0
 
 RunExport = Callable[[str, str, bool], dict[str, Any]]
+ProbeRunner = Callable[[str], RunExport]  # workaround name → a runner exporting without only that one
 
 
 def scope_modes(scope: str) -> list[bool]:
@@ -35,19 +41,33 @@ def scope_modes(scope: str) -> list[bool]:
     return {"all": [False, True], "static": [False], "dynamic": [True]}[scope]
 
 
-def subprocess_runner(timeout: float = DEFAULT_TIMEOUT) -> RunExport:
-    """A runner exporting in a fresh ``sys.executable -m bot export`` process, killed after ``timeout`` s."""
+def subprocess_runner(
+    timeout: float = DEFAULT_TIMEOUT,
+    *,
+    without: Sequence[str] = (),
+    python: str | Path = sys.executable,
+    pythonpath: Path | None = None,
+) -> RunExport:
+    """A runner exporting in a fresh ``python -m bot export`` process, killed after ``timeout`` s.
+
+    ``without`` names workarounds to disable instead of ignoring the ledger (a necessity probe).
+    ``python`` and ``pythonpath`` let ``exportbot bisect`` run this repository's code in another
+    virtual environment (one per candidate version) that does not have exportbot installed.
+    """
+    leave_out = [arg for name in without for arg in ("--without", name)] or ["--ignore-ledger"]
 
     def run_export(model_class: str, backend: str, dynamic: bool) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="exportbot-rerun-") as scratch:
             record = Path(scratch) / "outcome.json"
             command = [
-                sys.executable, "-m", "bot", "export", model_class, "--backend", backend,
-                "--dynamic" if dynamic else "--static", "--ignore-ledger",
+                str(python), "-m", "bot", "export", model_class, "--backend", backend,
+                "--dynamic" if dynamic else "--static", *leave_out,
                 "--outcome-json", str(record), "--out", str(Path(scratch) / "out"),
             ]  # fmt: skip
             base = {"model": model_class, "backend": backend, "dynamic": dynamic}
             env = os.environ | {"HF_HUB_OFFLINE": "1"}
+            if pythonpath is not None:
+                env["PYTHONPATH"] = str(pythonpath)
             try:
                 done = subprocess.run(
                     command, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout
@@ -62,12 +82,11 @@ def subprocess_runner(timeout: float = DEFAULT_TIMEOUT) -> RunExport:
     return run_export
 
 
-def rerun_entry(entry: LedgerEntry, run_export: RunExport, runs: int = DEFAULT_RUNS) -> list[dict[str, Any]]:
-    """Every model class × shape mode of ``entry``, ``runs`` times each (to catch flaky passes)."""
+def rerun_subject(subject: Subject, run_export: RunExport, runs: int = DEFAULT_RUNS) -> list[dict[str, Any]]:
+    """Every export of ``subject``, ``runs`` times each (to catch flaky passes)."""
     outcomes = []
-    for model_class in entry.models:
-        for dynamic in scope_modes(entry.scope):
-            for attempt in range(1, runs + 1):
-                outcome = run_export(model_class, entry.backend, dynamic)
-                outcomes.append(outcome | {"run": attempt})
+    for export in subject.exports:
+        for attempt in range(1, runs + 1):
+            outcome = run_export(export.model, export.backend, export.dynamic)
+            outcomes.append(outcome | {"run": attempt})
     return outcomes

@@ -7,7 +7,8 @@ Verdicts:
   tracker unreachable (or the issue gone, 404) only a pin move counts: the re-run is the evidence and
   the unknown upstream is never read as "closed".
 * ``still-needed``: every failing run failed with an error the entry's ``failure`` regex matches
-  (``re.search``).
+  (``re.search``). A workaround records no regex: any failure without it counts, and the first error is
+  shown in the reasons so a reviewer sees what it still prevents.
 * ``changed``: some run failed differently (both the expected signature and the actual error are in the
   reasons): the workaround rots in place and a human should look.
 * ``human``: upstream closed as not planned / duplicate or reopened; or the export passes with nothing
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.plan import Plan, describe_state, is_unknown, needs_human
+from bot.plan import Plan, Subject, as_subject, describe_state, is_unknown, needs_human
 from bot.runner import PASS
 from bot.tracker import UpstreamState
 from exporters.ledger import LedgerEntry
@@ -51,7 +52,8 @@ def evidence_of(outcome: dict[str, Any]) -> dict[str, Any]:
     diffs = outcome.get("max_abs_diff") or {}
     return {
         "model": outcome.get("model"),
-        "mode": "dynamic" if outcome.get("dynamic") else "static",
+        "backend": outcome.get("backend"),
+        "mode": _mode(outcome),
         "run": outcome.get("run"),
         "status": outcome.get("status"),
         "error": (outcome.get("error") or "")[:500] or None,
@@ -61,9 +63,13 @@ def evidence_of(outcome: dict[str, Any]) -> dict[str, Any]:
 
 
 def verdict(
-    entry: LedgerEntry, plan: Plan, upstream_state: UpstreamState | None, outcomes: Sequence[dict[str, Any]]
+    entry: LedgerEntry | Subject,
+    plan: Plan,
+    upstream_state: UpstreamState | None,
+    outcomes: Sequence[dict[str, Any]],
 ) -> Verdict:
-    """The verdict for one entry; ``outcomes`` is empty when the plan was not due."""
+    """The verdict for one entry (or workaround); ``outcomes`` is empty when the plan was not due."""
+    entry = as_subject(entry)
     evidence = [evidence_of(o) for o in outcomes]
     state_word = describe_state(upstream_state)
     if not outcomes:
@@ -75,10 +81,22 @@ def verdict(
 
     failures = [o for o in outcomes if o.get("status") != PASS]
     if failures:
-        signature = re.compile(entry.failure)
-        different = [o for o in failures if not signature.search(_error_text(o))]
         passed = len(outcomes) - len(failures)
         flaky = [f"{passed} of {len(outcomes)} runs passed (nondeterministic)"] if passed else []
+        if entry.failure is None:
+            first = failures[0]
+            return Verdict(
+                entry.id,
+                STILL_NEEDED,
+                [
+                    f"fails without it at {_stack(plan)}: {first.get('model')} ({_mode(first)}) "
+                    f"{first.get('status')}: {error_excerpt(first)}",
+                    *flaky,
+                ],
+                evidence,
+            )
+        signature = re.compile(entry.failure)
+        different = [o for o in failures if not signature.search(_error_text(o))]
         if different:
             first = different[0]
             return Verdict(
@@ -123,6 +141,26 @@ def verdict(
         [f"{passed} with upstream {state_word} and no pin moved: flaky or mis-recorded entry?"],
         evidence,
     )
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_EXCEPTION_LINE = re.compile(r"^(?:<class '[\w.]+'>|[\w.]*(?:Error|Exception)):\s*\S")
+
+
+def error_excerpt(outcome: dict[str, Any], limit: int = 300) -> str:
+    """The line of an error that names the failure, not the exporter's boilerplate around it.
+
+    torch.onnx wraps the real exception in paragraphs of advice; its ``<class 'ValueError'>: Cannot view
+    ...`` summary line is what a reviewer needs. Takes the last ``Type: message`` line of the error (ANSI
+    colours removed), else its first line.
+    """
+    lines = [line.strip() for line in _ANSI.sub("", _error_text(outcome)).splitlines() if line.strip()]
+    named = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    return (named[-1] if named else lines[0] if lines else "")[:limit]
+
+
+def _mode(outcome: dict[str, Any]) -> str:
+    return "dynamic" if outcome.get("dynamic") else "static"
 
 
 def _error_text(outcome: dict[str, Any]) -> str:

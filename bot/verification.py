@@ -3,7 +3,8 @@
 Why a file in the repository (``registry/verified.toml``) and not a cache or database: the scheduled job
 and a developer's ``exportbot audit`` must compute the same plan, and a reviewer must be able to see in a
 diff when an entry was last checked and against which versions ("repository as database"). One table per
-entry id::
+entry id (``verified-workarounds.toml`` has the same shape, one table per workaround name; a separate file
+so that pruning the records of removed ledger entries never touches those of workarounds)::
 
     [bert-dynamo-static-skip]
     verified_on = 2025-06-01
@@ -30,10 +31,18 @@ import tomlkit
 from tomlkit.items import Table
 
 VERIFIED_FILE = "verified.toml"
-_HEADER = (
-    "# Written by `exportbot audit --update-verification`: when each ledger entry was last re-run without\n"
-    "# its workaround, against which pinned versions, and with which verdict. See bot/verification.py.\n"
-)
+WORKAROUNDS_VERIFIED_FILE = "verified-workarounds.toml"  # `audit --workarounds`: one table per workaround
+_HEADERS = {
+    VERIFIED_FILE: (
+        "# Written by `exportbot audit --update-verification`: when each ledger entry was last re-run without\n"
+        "# its workaround, against which pinned versions, and with which verdict. See bot/verification.py.\n"
+    ),
+    WORKAROUNDS_VERIFIED_FILE: (
+        "# Written by `exportbot audit --workarounds --update-verification`: when each registered workaround\n"
+        "# was last probed (its exports re-run with only it disabled), against which pinned versions, and with\n"
+        "# which verdict. See bot/verification.py.\n"
+    ),
+}
 _EXPORTERS_DIR = Path(__file__).resolve().parents[1] / "exporters"
 
 
@@ -53,8 +62,8 @@ class Verification:
     upstream_state: str = ""
 
 
-def verification_path(registry_dir: Path) -> Path:
-    return Path(registry_dir) / VERIFIED_FILE
+def verification_path(registry_dir: Path, filename: str = VERIFIED_FILE) -> Path:
+    return Path(registry_dir) / filename
 
 
 def exporter_version(exporters_dir: Path = _EXPORTERS_DIR) -> str:
@@ -71,9 +80,9 @@ def exporter_version(exporters_dir: Path = _EXPORTERS_DIR) -> str:
     return digest.hexdigest()[:12]
 
 
-def load_verification(registry_dir: Path) -> dict[str, Verification]:
+def load_verification(registry_dir: Path, filename: str = VERIFIED_FILE) -> dict[str, Verification]:
     """Entry id → its last verification; an absent file means nothing was verified yet."""
-    path = verification_path(registry_dir)
+    path = verification_path(registry_dir, filename)
     if not path.is_file():
         return {}
     try:
@@ -99,7 +108,11 @@ def load_verification(registry_dir: Path) -> dict[str, Verification]:
 
 
 def save_verification(
-    registry_dir: Path, records: Iterable[Verification], *, keep_ids: Iterable[str] | None = None
+    registry_dir: Path,
+    records: Iterable[Verification],
+    *,
+    keep_ids: Iterable[str] | None = None,
+    filename: str = VERIFIED_FILE,
 ) -> bool:
     """Merge ``records`` into ``verified.toml``; drop tables whose id is not in ``keep_ids`` (when given).
 
@@ -107,8 +120,8 @@ def save_verification(
     entries keep their exact bytes; ``keep_ids`` (the ledger's current ids) prunes records of entries
     that were removed from the ledger, so the file never outlives its entries.
     """
-    path = verification_path(registry_dir)
-    old_text = path.read_text(encoding="utf-8") if path.is_file() else _HEADER
+    path = verification_path(registry_dir, filename)
+    old_text = path.read_text(encoding="utf-8") if path.is_file() else _HEADERS[filename]
     document = tomlkit.parse(old_text)
     if keep_ids is not None:
         kept = set(keep_ids)

@@ -1,0 +1,427 @@
+"""``exportbot bisect TARGET --dependency PKG``: the first release of PKG in which TARGET is no longer needed.
+
+TARGET is a ledger entry id or a registered workaround name. The audit says *whether* a workaround can go
+at the current pins; bisect says *since when*, which is what ``fixed_in`` records ("onnxscript>=0.7.3")
+and what a pin bump needs to know.
+
+How it works:
+
+* **Versions.** ``pip index versions PKG`` (through the same index and configuration as every install)
+  lists the released versions; the candidates are those newer than PKG's pin in ``constraints.txt``.
+  The pinned version is taken as failing: that is why the entry or workaround exists.
+* **Search.** :func:`first_passing` (pure) probes the newest candidate first (one probe answers "not
+  fixed in any release yet"), then bisects, assuming that once fixed it stays fixed. A version that
+  cannot be installed together with the other pins is reported and skipped, never counted as a failure;
+  the nearest untried version in the open range is probed instead. When skipped versions lie between the
+  last failing and the first passing one, the fix may be in any of them: the result lists them.
+* **Isolation.** Each candidate gets its own virtual environment, ``.exportbot-cache/venvs/PKG-VER``,
+  built with ``python -m venv`` and ``pip install -c <constraints.txt with PKG==VER> <the project's
+  dependencies>``: every other package stays at its pin, and nothing leaks in from the development
+  environment. This repository's code runs there through ``PYTHONPATH`` (it is not installed). The
+  constraints and requirements used are stored in the environment, which is reused while they match.
+  Cost: a full stack per version (torch, transformers, ONNX, ExecuTorch: a few GB of disk and minutes of
+  install each, less when pip's wheel cache already holds the wheels), about log2(n) + 1 of them for n
+  candidates.
+* **Probe.** The target's exports (a ledger entry's models × modes with ``--ignore-ledger``; a
+  workaround's probes from the workaround index with ``--without NAME``) run once each in that
+  environment, as ``exportbot audit`` runs them; every export must pass for the version to pass.
+
+The result is written as ``fixed_in`` into a ledger entry (a minimal diff, ``exporters.ledger.set_fixed_in``);
+for a workaround it is reported, for its removal PR to cite.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+from packaging.version import InvalidVersion, Version
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from bot.errors import UsageProblem, report_errors
+from bot.pins import PinFileError, find_pin_file, normalize_name, read_pins
+from bot.plan import WORKAROUND, Subject, entry_subject
+from bot.rerun import DEFAULT_TIMEOUT, RunExport, subprocess_runner
+from bot.runner import PASS
+from bot.verdict import error_excerpt
+from bot.workaround_index import (
+    DEFAULT_JSON,
+    DEFAULT_PROBE_LIMIT,
+    WorkaroundIndexError,
+    load_index,
+    probe_subject,
+)
+from exporters.ledger import LedgerEntry, default_registry_dir, load_ledger, set_fixed_in
+
+PASSED, FAILED, UNINSTALLABLE = "pass", "fail", "uninstallable"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CACHE = REPO_ROOT / ".exportbot-cache" / "venvs"
+INSTALL_TIMEOUT = 3600.0
+_RECIPE_MARKER = "exportbot-recipe.txt"  # written last: a half-built environment is rebuilt
+_NETWORK = re.compile(
+    r"NewConnectionError|Max retries exceeded|Temporary failure in name resolution|ConnectTimeout"
+    r"|ReadTimeoutError|Network is unreachable"
+)
+
+
+class BisectError(RuntimeError):
+    """The bisection cannot go on (no versions, the index unreachable, a broken environment)."""
+
+
+class Uninstallable(Exception):
+    """This version cannot be installed together with the other pins; the message is pip's reason."""
+
+
+# ── The search (pure) ──
+@dataclass(frozen=True)
+class Probe:
+    """One version tried: ``PASSED``, ``FAILED`` or ``UNINSTALLABLE``, and what was seen."""
+
+    version: str
+    outcome: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class BisectResult:
+    """``first_passing`` None: no candidate passes. ``untested``: skipped versions where the fix may be."""
+
+    first_passing: str | None
+    last_failing: str | None  # None: only the pinned version is known to fail
+    probes: tuple[Probe, ...] = ()
+    untested: tuple[str, ...] = ()
+
+    @property
+    def skipped(self) -> list[str]:
+        return [p.version for p in self.probes if p.outcome == UNINSTALLABLE]
+
+
+def first_passing(versions: Sequence[str], probe: Callable[[str], Probe]) -> BisectResult:
+    """The first of ``versions`` (ascending, all newer than a failing baseline) for which ``probe`` passes.
+
+    Probes the newest installable version first, then bisects the open range between the last failing
+    and the first passing version; an uninstallable version is skipped and the nearest untried one in the
+    range is probed instead. Assumes monotonicity (once passing, later versions pass).
+    """
+    low, high = -1, len(versions)  # indices: last known failing, first known passing
+    skipped: set[int] = set()
+    probes: list[Probe] = []
+    while True:
+        open_range = [i for i in range(low + 1, high) if i not in skipped]
+        if not open_range:
+            break
+        if high == len(versions):
+            index = open_range[-1]
+        else:
+            middle = (low + high) // 2
+            index = min(open_range, key=lambda i: (abs(i - middle), i))
+        result = probe(versions[index])
+        probes.append(result)
+        if result.outcome == PASSED:
+            high = index
+        elif result.outcome == FAILED:
+            low = index
+        elif result.outcome == UNINSTALLABLE:
+            skipped.add(index)
+        else:
+            raise ValueError(f"probe of {versions[index]} answered {result.outcome!r}")
+    return BisectResult(
+        first_passing=versions[high] if high < len(versions) else None,
+        last_failing=versions[low] if low >= 0 else None,
+        probes=tuple(probes),
+        untested=tuple(versions[i] for i in sorted(skipped) if low < i < high),
+    )
+
+
+def parse_index_versions(output: str) -> list[str]:
+    """The versions listed by ``pip index versions PKG`` (its ``Available versions:`` line)."""
+    for line in output.splitlines():
+        if line.strip().startswith("Available versions:"):
+            return [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
+    raise BisectError(f"pip index versions printed no 'Available versions:' line: {output.strip()[-300:]}")
+
+
+def newer_versions(available: Sequence[str], pinned: str) -> list[str]:
+    """Final releases newer than ``pinned``, ascending; pre-releases, local builds (``2.13.0+cpu``: the same
+    release as ``2.13.0``) and unparsable versions are left out."""
+    floor = Version(pinned)
+    found = []
+    for text in available:
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            continue
+        if version > floor and not (version.is_prerelease or version.is_devrelease or version.local):
+            found.append(version)
+    return [str(v) for v in sorted(set(found))]
+
+
+def constraints_with(text: str, package: str, version: str) -> str:
+    """``constraints.txt`` text with ``package`` pinned to ``version`` (its line replaced, else appended)."""
+    key = normalize_name(package)
+    lines, replaced = [], False
+    for line in text.splitlines():
+        name = line.split("#", 1)[0].partition("==")[0].strip()
+        if name and normalize_name(name) == key:
+            line, replaced = f"{package}=={version}", True
+        lines.append(line)
+    if not replaced:
+        lines.append(f"{package}=={version}")
+    return "\n".join(lines) + "\n"
+
+
+# ── Versions and environments (I/O) ──
+def released_versions(package: str, python: str | Path = sys.executable) -> list[str]:
+    """Every released version of ``package`` the configured index has, through ``pip index versions``."""
+    done = subprocess.run(
+        [str(python), "-m", "pip", "index", "versions", package, "--disable-pip-version-check"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise BisectError(
+            f"pip index versions {package} failed: {(done.stderr or done.stdout).strip()[-300:]}"
+        )
+    return parse_index_versions(done.stdout)
+
+
+def project_dependencies(root: Path = REPO_ROOT) -> list[str]:
+    """The project's own dependencies (``pyproject.toml``), which every environment installs."""
+    with (root / "pyproject.toml").open("rb") as handle:
+        return list(tomllib.load(handle)["project"]["dependencies"])
+
+
+def ensure_venv(
+    directory: Path, constraints: str, requirements: Sequence[str], *, timeout: float = INSTALL_TIMEOUT
+) -> Path:
+    """The Python of an environment at ``directory`` holding ``requirements`` under ``constraints``.
+
+    Reused when it was built from the same constraints and requirements; rebuilt otherwise. Raises :class:`Uninstallable`
+    when pip cannot satisfy the constraints (a conflict, no distribution for this Python, a failed build)
+    and :class:`BisectError` when pip could not reach the index.
+    """
+    python = directory / "bin" / "python"
+    marker = directory / _RECIPE_MARKER
+    recipe = constraints + "".join(f"# requirement: {r}\n" for r in requirements)
+    if marker.is_file() and python.is_file() and marker.read_text(encoding="utf-8") == recipe:
+        return python
+    if directory.exists():
+        shutil.rmtree(directory)
+    subprocess.run(
+        [sys.executable, "-m", "venv", str(directory)], check=True, capture_output=True, timeout=600
+    )
+    pinned = directory / "constraints-in-use.txt"
+    pinned.write_text(constraints, encoding="utf-8")
+    done = subprocess.run(
+        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-c", str(pinned), *requirements],
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    if done.returncode != 0:
+        output = (done.stdout + done.stderr).strip()
+        if _NETWORK.search(output):
+            raise BisectError(f"pip could not reach the package index: {output[-300:]}")
+        errors = [line for line in output.splitlines() if line.startswith("ERROR")]
+        raise Uninstallable(" ".join(errors or output.splitlines()[-3:])[-400:])
+    marker.write_text(recipe, encoding="utf-8")
+    return python
+
+
+@dataclass
+class ExportProbe:
+    """Probe one version: build (or reuse) its environment and run the subject's exports there."""
+
+    subject: Subject
+    package: str
+    constraints_text: str
+    cache_dir: Path = DEFAULT_CACHE
+    timeout: float = DEFAULT_TIMEOUT
+    requirements: list[str] = field(default_factory=project_dependencies)
+    seen: list[dict[str, Any]] = field(default_factory=list)  # every outcome record, for the report
+
+    def runner(self, python: Path) -> RunExport:
+        without = (self.subject.id,) if self.subject.kind == WORKAROUND else ()
+        return subprocess_runner(self.timeout, without=without, python=python, pythonpath=REPO_ROOT)
+
+    def __call__(self, version: str) -> Probe:
+        directory = self.cache_dir / f"{normalize_name(self.package)}-{version}"
+        try:
+            python = ensure_venv(directory, constraints_with(self.constraints_text, self.package, version),
+                                 self.requirements)  # fmt: skip
+        except Uninstallable as error:
+            return Probe(version, UNINSTALLABLE, str(error))
+        run = self.runner(python)
+        for export in self.subject.exports:
+            outcome = run(export.model, export.backend, export.dynamic)
+            self.seen.append(outcome | {"probed_version": version})
+            ran = (outcome.get("versions") or {}).get(self.package)
+            if ran is not None and not _same_release(ran, version):
+                raise BisectError(
+                    f"{directory} ran {self.package} {ran}, not {version}: delete it to rebuild"
+                )
+            if outcome.get("status") != PASS:
+                where = f"{export.model} {export.backend}/{export.mode} {outcome.get('status')}"
+                return Probe(version, FAILED, f"{where}: {error_excerpt(outcome, 200)}")
+        return Probe(version, PASSED, f"{len(self.subject.exports)} export(s) pass")
+
+
+def _same_release(installed: str, version: str) -> bool:
+    """``2.14.0+cpu`` is release ``2.14.0``; ``not installed`` is no release."""
+    try:
+        return Version(installed).public == Version(version).public
+    except InvalidVersion:
+        return False
+
+
+# ── Command ──
+def _target_subject(
+    target: str, registry_dir: Path, index_file: Path, probes: int
+) -> tuple[Subject, LedgerEntry | None]:
+    """The subject for a ledger id (with its entry) or a workaround name (with None)."""
+    ledger = load_ledger(registry_dir)
+    entry = next((e for e in ledger.entries if e.id == target), None)
+    if entry is not None:
+        return entry_subject(entry), entry
+    from exporters import load_all_workarounds
+    from exporters.utils import all_workarounds
+
+    load_all_workarounds()
+    workaround = next((w for w in all_workarounds() if w.name == target), None)
+    if workaround is None:
+        raise UsageProblem(
+            f"{target!r} is neither a ledger entry in {registry_dir} nor a registered workaround"
+        )
+    try:
+        subject = probe_subject(workaround, load_index(index_file), probes)
+    except WorkaroundIndexError as error:
+        raise UsageProblem(str(error)) from None
+    if not subject.exports:
+        raise UsageProblem(f"{target!r} fired in no passing export of {index_file}: nothing to probe")
+    return subject, None
+
+
+def render_result(result: BisectResult, package: str, pinned: str) -> Table:
+    table = Table(title=f"bisect of {package} after {pinned}")
+    for column in ("version", "outcome", "detail"):
+        table.add_column(column, overflow="fold")
+    for probe in result.probes:
+        table.add_row(probe.version, probe.outcome, escape(probe.detail))
+    return table
+
+
+@click.command("bisect")
+@click.argument("target")
+@click.option(
+    "--dependency",
+    "package",
+    default=None,
+    metavar="PKG",
+    help="Package whose releases to search [default: the target's dependency].",
+)
+@click.option(
+    "--registry",
+    "registry_dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Ledger directory [default: $EXPORTBOT_REGISTRY, else registry/].",
+)
+@click.option(
+    "--pins",
+    "pin_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Pin file [default: constraints.txt next to the registry or above it].",
+)
+@click.option(
+    "--index",
+    "index_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=DEFAULT_JSON,
+    show_default=True,
+    help="Workaround index (for a workaround's probes).",
+)
+@click.option(
+    "--probes",
+    type=click.IntRange(1),
+    default=DEFAULT_PROBE_LIMIT,
+    show_default=True,
+    help="Exports probed per version for a workaround.",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_CACHE,
+    show_default=True,
+    help="Where the per-version environments live.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    help="Seconds before one export is killed.",
+)
+@click.option("--dry-run", is_flag=True, help="List the candidate versions and exports; install nothing.")
+@click.option("--no-write", is_flag=True, help="Do not write fixed_in into the ledger entry.")
+@click.option(
+    "--json",
+    "json_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the result (probes, first passing version) as JSON here.",
+)
+@report_errors
+def bisect_command(
+    target: str, package: str | None, registry_dir: Path | None, pin_file: Path | None, index_file: Path,
+    probes: int, cache_dir: Path, timeout: float, dry_run: bool, no_write: bool, json_file: Path | None,
+) -> None:  # fmt: skip
+    """Find the first release of PKG in which TARGET (ledger entry id or workaround name) is not needed.
+
+    \b
+    Example:
+      exportbot bisect _fix_reshape_of_strided --dependency torch --dry-run
+      exportbot bisect t5-cast-folding --dependency onnxscript
+    """
+    registry_dir = registry_dir or default_registry_dir()
+    subject, entry = _target_subject(target, registry_dir, index_file, probes)
+    package = package or subject.dependency
+    if not package:
+        raise UsageProblem(f"{target!r} names no dependency; pass --dependency PKG")
+    pin_path = pin_file or find_pin_file(registry_dir)
+    try:
+        pinned = read_pins(pin_path)[normalize_name(package)]
+    except KeyError:
+        raise UsageProblem(f"{pin_path} pins no version of {package}") from None
+    except PinFileError as error:
+        raise UsageProblem(str(error)) from None
+    candidates = newer_versions(released_versions(package), pinned)
+    exports = ", ".join(f"{e.model} {e.backend}/{e.mode}" for e in subject.exports)
+    click.echo(f"{target}: {package} {pinned} (pinned) → {len(candidates)} newer release(s): "
+               f"{', '.join(candidates) or 'none'}\nexports per version: {exports}")  # fmt: skip
+    if dry_run or not candidates:
+        return
+    probe = ExportProbe(subject, package, pin_path.read_text(encoding="utf-8"), cache_dir, timeout)
+    result = first_passing(candidates, probe)
+    Console().print(render_result(result, package, pinned))
+    if json_file is not None:
+        data = {"target": target, "package": package, "pinned": pinned, "candidates": candidates,
+                **asdict(result), "outcomes": probe.seen}  # fmt: skip
+        json_file.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    if result.first_passing is None:
+        click.echo(f"{target}: still needed at every installable release up to {candidates[-1]}.")
+        return
+    spec = f"{package}>={result.first_passing}"
+    maybe = f" (or one of the uninstallable {', '.join(result.untested)})" if result.untested else ""
+    click.echo(f"{target}: first passing release {result.first_passing}{maybe}: fixed_in = {spec!r}")
+    if entry is not None and not no_write:
+        set_fixed_in(entry.path, entry.id, spec)
+        click.echo(f"wrote fixed_in = {spec!r} to {entry.path} [{entry.id}]")
