@@ -31,18 +31,37 @@ PATCH = 8
 AUDIO_SAMPLES = 1600
 
 # ── Config shrinking rules: field name → new value (callables receive the old value) ──
-_HIDDEN_FIELDS = ("hidden_size", "d_model", "n_embd", "dim", "word_embed_proj_dim")
+HEAD_DIM = HIDDEN // HEADS
+EXPERTS = 4
+_HIDDEN_FIELDS = (
+    "hidden_size", "d_model", "n_embd", "dim", "word_embed_proj_dim", "projection_dim", "projection_size",
+    "proj_dim", "vision_embed_dim", "text_embed_dim",
+)
 _HEAD_FIELDS = (
     "num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads",
+    "index_n_heads",
 )
 _LAYER_FIELDS = (
     "num_hidden_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers", "num_layers",
     "num_decoder_layers",
 )
-_INTERMEDIATE_FIELDS = ("intermediate_size", "hidden_dim", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff")
+_INTERMEDIATE_FIELDS = (
+    "intermediate_size", "hidden_dim", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff",
+    "moe_intermediate_size", "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
+)
 _LIST_WIDTH_FIELDS = ("hidden_sizes", "conv_dim", "embed_dims", "neck_hidden_sizes")
 _LIST_DEPTH_FIELDS = ("depths",)
 _ONE_FIELDS = ("layer_scale_init_value", "layerscale_value")  # keep outputs of order one
+# Mixture of experts: few experts, few per token, one group.
+_EXPERT_FIELDS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
+_TOPK_FIELDS = ("num_experts_per_tok", "moe_topk", "top_k", "num_experts_per_token")
+# Low-rank projections (multi-head latent attention).
+_RANK_FIELDS = {"kv_lora_rank": 2 * HEAD_DIM, "q_lora_rank": 4 * HEAD_DIM}
+# Sizes some configs leave ``None`` although their model needs them (and does not derive them).
+_NONE_FILL = {
+    "head_dim": HEAD_DIM, "vocab_size": VOCAB, "n_routed_experts": EXPERTS, "num_experts_per_tok": 2,
+    "n_shared_experts": 1, "pad_token_id": 1,
+}
 _FIXED: dict[str, Any] = {
     "max_position_embeddings": lambda old: min(old, 128) if isinstance(old, int) else old,
     "max_source_positions": lambda old: min(old, 16) if isinstance(old, int) else old,
@@ -51,8 +70,11 @@ _FIXED: dict[str, Any] = {
     "num_labels": lambda old: 3,
     "num_mel_bins": lambda old: 16 if isinstance(old, int) else old,
     "initializer_range": lambda old: 0.1 if isinstance(old, float) else old,
+    "n_group": lambda old: 1 if isinstance(old, int) else old,
+    "topk_group": lambda old: 1 if isinstance(old, int) else old,
+    "n_shared_experts": lambda old: min(old, 1) if isinstance(old, int) else old,
 }
-
+MAX_LAYERS = 8  # hybrid stacks keep the shortest prefix holding every layer kind, up to this many layers
 
 class TinyModelError(ValueError):
     """The class cannot be built as a tiny model (unknown name, or inputs it needs that we cannot make)."""
@@ -78,40 +100,78 @@ def _sub_configs(config: Any) -> list[Any]:
 
 
 def shrink_config(config: Any) -> Any:
-    """Shrink the generic size fields of ``config`` and of every nested sub-config, consistently."""
-    for sub in _sub_configs(config):
-        shrink_config(sub)
+    """Shrink the generic size fields of ``config`` and of every nested sub-config, consistently.
+
+    The fields are first shrunk in place; the config is then rebuilt from its constructor so that the
+    values its ``__post_init__`` derives from them (head dims, per-layer type lists, projection sizes)
+    follow the new sizes instead of keeping the full-size ones.
+    """
+    import copy
+
+    for name, sub in _sub_configs(config):
+        setattr(config, name, shrink_config(sub))
+    before = {k: v for k, v in vars(config).items() if not isinstance(v, torch.nn.Module)}
+    before = copy.deepcopy({k: v for k, v in before.items() if k not in dict(_sub_configs(config))})
+    _shrink_fields(config)
+    return _rebuild(config, before)
+
+
+def _ints(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, int) for v in value)
+
+
+def _shrink_fields(config: Any) -> None:
     fields = vars(config)
     old_layers = next((fields[f] for f in _LAYER_FIELDS if isinstance(fields.get(f), int)), None)
+    for name, value in _NONE_FILL.items():
+        if name in fields and fields[name] is None:
+            setattr(config, name, value)
     for name in _HIDDEN_FIELDS:
         if isinstance(fields.get(name), int) and fields[name] > HIDDEN:
             setattr(config, name, HIDDEN)
+    per_stage_heads = any(_ints(fields.get(f)) for f in _HEAD_FIELDS)
+    if isinstance(fields.get("embed_dim"), int):
+        if per_stage_heads:  # hierarchical (Swin-like): stage widths embed_dim * 2**i must divide by heads
+            heads = max(max(fields[f]) for f in _HEAD_FIELDS if _ints(fields.get(f)))
+            config.embed_dim = max(fields["embed_dim"] // 8, heads)
+        elif fields["embed_dim"] > HIDDEN:
+            config.embed_dim = HIDDEN
     for name in _HEAD_FIELDS:
         if isinstance(fields.get(name), int) and fields[name] > HEADS:
             setattr(config, name, HEADS)
     if isinstance(fields.get("num_key_value_heads"), int):
         heads = next((fields[f] for f in _HEAD_FIELDS if isinstance(fields.get(f), int)), HEADS)
         config.num_key_value_heads = min(KV_HEADS, heads)
+    if isinstance(fields.get("coordinate_size"), int) and isinstance(fields.get("shape_size"), int):
+        config.coordinate_size, config.shape_size = HIDDEN // 8, HIDDEN // 4  # 4 * coordinate + 2 * shape = hidden
     if isinstance(fields.get("d_kv"), int):
-        config.d_kv = HIDDEN // HEADS
-    if isinstance(fields.get("head_dim"), int):
-        config.head_dim = HIDDEN // HEADS
+        config.d_kv = HEAD_DIM
+    for name in list(fields):  # head_dim, qk_rope_head_dim, v_head_dim, index_head_dim, ...
+        if name.endswith("head_dim") and isinstance(fields[name], int) and fields[name] > HEAD_DIM:
+            setattr(config, name, HEAD_DIM)
     if isinstance(fields.get("rotary_dim"), int):
-        config.rotary_dim = min(fields["rotary_dim"], HIDDEN // HEADS)
+        config.rotary_dim = min(fields["rotary_dim"], HEAD_DIM)
+    for name, rank in _RANK_FIELDS.items():
+        if isinstance(fields.get(name), int) and fields[name] > rank:
+            setattr(config, name, rank)
+    for name in _EXPERT_FIELDS:
+        if isinstance(fields.get(name), int) and fields[name] > EXPERTS:
+            setattr(config, name, EXPERTS)
+    for name in _TOPK_FIELDS:
+        if isinstance(fields.get(name), int) and fields[name] > 2:
+            setattr(config, name, 2)
     for name in _LAYER_FIELDS:
         if isinstance(fields.get(name), int) and fields[name] > LAYERS:
             setattr(config, name, LAYERS)
     for name in _INTERMEDIATE_FIELDS:
         if isinstance(fields.get(name), int) and fields[name] > INTERMEDIATE:
             setattr(config, name, INTERMEDIATE)
-    for name in _LIST_WIDTH_FIELDS:
-        if isinstance(fields.get(name), (list, tuple)) and all(isinstance(v, int) for v in fields[name]):
-            setattr(config, name, type(fields[name])(max(4, v // 8) for v in fields[name]))
+    for name in _LIST_WIDTH_FIELDS:  # per-stage widths: multiples of 8 so that heads and conv groups divide
+        if _ints(fields.get(name)):
+            setattr(config, name, type(fields[name])(max(8, -(-v // 64) * 8) for v in fields[name]))
     for name in _LIST_DEPTH_FIELDS:
         if isinstance(fields.get(name), (list, tuple)):
             setattr(config, name, type(fields[name])(1 for _ in fields[name]))
-    if isinstance(fields.get("num_heads"), (list, tuple)) and isinstance(fields.get("embed_dim"), int):
-        config.embed_dim = max(fields["embed_dim"] // 8, max(fields["num_heads"]))
     for name in _ONE_FIELDS:
         if isinstance(fields.get(name), float):
             setattr(config, name, 1.0)
@@ -119,18 +179,102 @@ def shrink_config(config: Any) -> Any:
         if name in fields:
             setattr(config, name, rule(fields[name]))
     _truncate_per_layer_lists(config, old_layers)
+    _shrink_rope_sections(config)
     _shrink_images(config)
     _clamp_token_ids(config)
-    return config
+
+
+def _sub_configs(config: Any) -> list[tuple[str, Any]]:
+    from transformers import PretrainedConfig
+
+    return [(name, value) for name, value in vars(config).items() if isinstance(value, PretrainedConfig)]
+
+
+def _rebuild(config: Any, before: dict[str, Any]) -> Any:
+    """``type(config)(**fields)``: re-run ``__post_init__`` on the shrunk primary fields.
+
+    Fields that ``__post_init__`` derives (their value in a default instance differs from the field's
+    declared default) and that shrinking left alone are left out so that they are derived again. Falls back to the in-place config when
+    the constructor rejects the combination.
+    """
+    import dataclasses
+
+    cls = type(config)
+    if not dataclasses.is_dataclass(cls):
+        return config
+    try:
+        fresh = vars(cls())
+    except Exception:  # a config without usable defaults: keep the in-place one
+        return config
+    subs = dict(_sub_configs(config))
+    kwargs = {}
+    for field in dataclasses.fields(cls):
+        if not field.init or field.name not in vars(config):
+            continue
+        if field.default is not dataclasses.MISSING:
+            declared = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            declared = field.default_factory()
+        else:
+            declared = dataclasses.MISSING
+        derived = declared is not dataclasses.MISSING and _differs(fresh.get(field.name, declared), declared)
+        value = getattr(config, field.name)
+        if not derived or field.name in subs or (field.name in before and _differs(before[field.name], value)):
+            kwargs[field.name] = value
+    try:
+        rebuilt = cls(**kwargs)
+    except Exception:
+        return config
+    for name, sub in subs.items():  # sub-configs stay as shrunk, whatever the parent's post-init made of them
+        if getattr(rebuilt, name, None) is not sub and name not in kwargs:
+            setattr(rebuilt, name, sub)
+    return rebuilt
+
+
+def _differs(first: Any, second: Any) -> bool:
+    try:
+        return bool(first != second)
+    except Exception:  # tensors, odd objects
+        return True
 
 
 def _truncate_per_layer_lists(config: Any, old_layers: int | None) -> None:
-    """Lists with one item per layer (``layer_types``) follow the new layer count."""
+    """Lists with one item per layer (``layer_types``) follow the new layer count.
+
+    Hybrid stacks (linear and full attention, sliding and global) keep the shortest prefix that still holds
+    every kind of layer, so a tiny model has at least one layer of each kind.
+    """
     if not old_layers or old_layers <= LAYERS:
         return
-    for name, value in list(vars(config).items()):
-        if isinstance(value, list) and len(value) == old_layers:
-            setattr(config, name, value[:LAYERS])
+    lists = {n: v for n, v in vars(config).items() if isinstance(v, list) and len(v) == old_layers}
+    layers = LAYERS
+    for value in lists.values():
+        try:
+            kinds = list(dict.fromkeys(value))
+        except TypeError:  # unhashable items
+            continue
+        if len(kinds) <= MAX_LAYERS:
+            layers = max(layers, max(value.index(kind) for kind in kinds) + 1)
+    layers = min(layers, MAX_LAYERS)
+    for name in _LAYER_FIELDS:
+        if isinstance(vars(config).get(name), int):
+            setattr(config, name, layers)
+    for name, value in lists.items():
+        setattr(config, name, value[:layers])
+
+
+def _shrink_rope_sections(config: Any) -> None:
+    """Multimodal RoPE sections (``mrope_section``) must add up to half the (shrunk) rotary dimension."""
+    for value in vars(config).values():
+        if not isinstance(value, dict) or not _ints(value.get("mrope_section")):
+            continue
+        sections = value["mrope_section"]
+        head_dim = vars(config).get("head_dim") or HEAD_DIM
+        rotary = int(head_dim * value.get("partial_rotary_factor", vars(config).get("partial_rotary_factor", 1.0)))
+        half = max(rotary // 2, len(sections))
+        scaled = [max(1, v * half // sum(sections)) for v in sections]
+        scaled[scaled.index(max(scaled))] += half - sum(scaled)
+        value["mrope_section"] = type(sections)(scaled)
 
 
 def _shrink_images(config: Any) -> None:
@@ -144,6 +288,13 @@ def _shrink_images(config: Any) -> None:
         config.image_size = type(image)([IMAGE, IMAGE])
         if isinstance(fields.get("patch_size"), int) and fields["patch_size"] > PATCH:
             config.patch_size = PATCH
+    window, depths, patch = fields.get("window_size"), fields.get("depths"), fields.get("patch_size")
+    if isinstance(window, int) and isinstance(depths, (list, tuple)) and isinstance(patch, int) and "image_size" in fields:
+        # Windowed hierarchical encoders (Swin-like): every stage's resolution must be a multiple of the window,
+        # the last one equal to it, as at full size (224 / 4 / 2**3 = 7).
+        config.window_size = min(window, 2)
+        side = patch * config.window_size * 2 ** (len(depths) - 1)
+        config.image_size = side if isinstance(fields["image_size"], int) else type(fields["image_size"])([side, side])
 
 
 def _clamp_token_ids(config: Any) -> None:
@@ -215,17 +366,22 @@ def _input_features(config: Any, batch: int, generator: torch.Generator) -> torc
 
 def _make(name: str, config: Any, batch: int, sequence: int, generator: torch.Generator) -> torch.Tensor | None:
     vocab = _vocab(config)
-    if name in ("input_ids", "decoder_input_ids"):
+    if name.endswith("input_ids"):  # input_ids, decoder_input_ids, qformer_input_ids
         return torch.randint(3, vocab, (batch, sequence), generator=generator)
     if name in ("attention_mask", "decoder_attention_mask"):
         return torch.ones(batch, sequence, dtype=torch.long)
     if name == "token_type_ids":
-        return torch.zeros(batch, sequence, dtype=torch.long)
+        types = getattr(config, "type_vocab_sizes", None)  # table models: one type id per column kind
+        shape = (batch, sequence, len(types)) if isinstance(types, (list, tuple)) else (batch, sequence)
+        return torch.zeros(*shape, dtype=torch.long)
     if name == "pixel_values":
         height, width = _image_size(config)
         channels = getattr(_vision(config), "num_channels", 3)
         return torch.randn(batch, channels, height, width, generator=generator)
     if name == "input_values":
+        frames, bins = getattr(config, "max_length", None), getattr(config, "num_mel_bins", None)
+        if isinstance(frames, int) and isinstance(bins, int):  # spectrogram transformers (AST)
+            return torch.randn(batch, frames, bins, generator=generator)
         return torch.randn(batch, AUDIO_SAMPLES, generator=generator)
     if name == "input_features":
         return _input_features(config, batch, generator)
@@ -253,7 +409,8 @@ def sample_inputs(
     wanted.append(primary)
     if primary == "input_ids":
         wanted += [p for p in _COMPANIONS if p in parameters]
-        if "pixel_values" in parameters and hasattr(config, "vision_config") and not _has_image_token(config):
+        visual = hasattr(config, "vision_config") or isinstance(getattr(config, "image_size", None), int)
+        if "pixel_values" in parameters and visual and not _has_image_token(config):
             wanted.append("pixel_values")
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
         wanted.append("decoder_input_ids")
@@ -262,9 +419,11 @@ def sample_inputs(
             inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         if required and name not in wanted:
             wanted.append(name)
-    inputs = {}
+    inputs: dict[str, torch.Tensor] = {}
     for name in wanted:
         value = _make(name, config, batch, sequence, generator)
+        if value is None and name.endswith("_mask") and primary in ("input_ids", "input_features"):
+            value = torch.ones(inputs[primary].shape[:2], dtype=torch.long)  # a required mask: nothing masked
         if value is None:
             raise TinyModelError(f"{type(model).__name__}: cannot make a sample for required input {name!r}")
         inputs[name] = value
