@@ -285,11 +285,15 @@ def _subclasses(cls: type) -> Iterator[type]:
 
 def register_pytree_types(model: torch.nn.Module) -> None:
     """Register every loaded Cache subclass and its layer types (idempotent, process-wide)."""
-    from transformers.cache_utils import Cache, CacheLayerMixin
+    from transformers import cache_utils
 
-    # Explicit branch: a cache's layers are CacheLayerMixin objects inside a list; register them too so
-    # the walk reaches their key/value tensors.
-    for base in (Cache, CacheLayerMixin):
+    # Explicit branch: a cache's layers live in a list of layer objects (attention layers derive from
+    # CacheLayerMixin, linear-attention layers from LinearAttentionCacheLayerMixin); register every
+    # concrete subclass of those mixins too, so the walk reaches their tensors.
+    bases = [cache_utils.Cache] + [
+        cls for name, cls in inspect.getmembers(cache_utils, inspect.isclass) if name.endswith("LayerMixin")
+    ]
+    for base in bases:
         for cls in [base, *_subclasses(base)]:
             if not inspect.isabstract(cls):
                 _register_walked_type(cls)
