@@ -180,16 +180,25 @@ def flat_forward_signature(model: torch.nn.Module, names: list[str]) -> Iterator
 # torch.export flattens inputs and outputs with torch's pytree. transformers registers ModelOutput
 # subclasses itself, but not Cache subclasses: without this stage a model returning a DynamicCache fails
 # with "Found <class 'DynamicCache'> in output, which is not a known type".
+# Which attributes of a class are children, learnt from the first instance that holds tensors in them and
+# kept per class: flattening must depend on the structure, not on the values, because ExecuTorch's emitter
+# flattens a copy of the output whose tensor leaves were replaced by ints.
+_CHILD_ATTRIBUTES: dict[type, set[str]] = {}
+
+
 def _flatten_to_context(obj: Any) -> tuple[list[Any], list[tuple[str, Any]]]:
     """Split an object's attributes into tensor-holding children and a constant context.
 
     Children are attributes holding tensors (directly, or inside lists/tuples/dicts/objects, which pytree
-    recurses into once registered); everything else goes into the context unchanged.
+    recurses into once registered), or attributes that held tensors in an earlier instance of the class;
+    everything else goes into the context unchanged.
     """
+    known = _CHILD_ATTRIBUTES.setdefault(type(obj), set())
     children: list[Any] = []
     context: list[tuple[str, Any]] = []
     for name, value in vars(obj).items():
-        if _holds_tensors(value):
+        if name in known or _holds_tensors(value):
+            known.add(name)
             children.append(value)
             context.append((name, _CHILD))
         else:
@@ -206,8 +215,14 @@ def _unflatten_from_context(cls: type, children: list[Any], context: list[tuple[
 
 
 class _ChildMarker:
+    """Marks a child's place in a context; one instance, kept by copy and pickle (``run_decompositions``
+    deep-copies output specs, and an identity check against a copy would silently drop children)."""
+
     def __repr__(self) -> str:
         return "<child>"
+
+    def __reduce__(self) -> str:
+        return "_CHILD"
 
 
 _CHILD = _ChildMarker()

@@ -169,3 +169,17 @@ def test_stage_banners_are_in_order():
     source = Path(exporter_dynamo.__file__).read_text()
     numbers = [int(n) for n in re.findall(r"^# ── Stage (\d+):", source, flags=re.M)]
     assert numbers == [1, 2, 3, 4, 5]
+
+
+def test_stage3_specs_survive_deepcopy_and_int_leaves(tiny_llama):
+    """ExecuTorch deep-copies output specs and re-flattens outputs whose tensors became ints."""
+    import torch.utils._pytree as pytree
+
+    DynamoExporter().export(tiny_llama.model, tiny_llama.inputs)
+    with torch.no_grad():
+        cache = tiny_llama.model(**tiny_llama.inputs).past_key_values
+    leaves, spec = pytree.tree_flatten(cache)
+    rebuilt = pytree.tree_unflatten(leaves, copy.deepcopy(spec))
+    assert torch.equal(rebuilt.layers[1].values, cache.layers[1].values)
+    as_ints = pytree.tree_unflatten(list(range(len(leaves))), spec)
+    assert pytree.tree_flatten(as_ints)[1] == spec

@@ -1,0 +1,338 @@
+"""ExecutorchExporter: the Dynamo pipeline, then ExecuTorch lowering to a ``.pte``, run in ``executorch.runtime``.
+
+``ExecutorchExporter(ExecutorchConfig(backend="xnnpack", dynamic=True)).export(model, inputs, validate=True)``
+traces with ``DynamoExporter.export_program``, lowers with ``to_edge_transform_and_lower`` (the backend's
+partitioner) and ``to_executorch``, and validates the serialized program in the ExecuTorch runtime against
+eager. Stages, each under its banner below:
+
+1. Backend preparation — ``@register_backend(name)`` on ``prepare_for_<name>(model, inputs)``: device, dtype
+   and partitioners of one ExecuTorch backend (``_BACKEND_PREPARE``).
+2. Torch patches — ``@register_patch("executorch", ...)`` for every backend and
+   ``@register_patch("executorch.<backend>", ...)`` for one backend.
+3. ExecuTorch patches — the same registry, for ExecuTorch internals that crash on valid graphs.
+4. FX program fixes — ``@register_fx_program_fix("executorch")``, run once after ``torch.export``.
+5. FX node fixes — ``@register_fx_node_fix("executorch")``, run on every node after the program fixes.
+
+Dynamic dims are always bounded: ExecuTorch plans memory for the upper bound of every symbolic dim, and a
+program traced with unbounded dims runs only at its example shape (stack.md, E2). ``dynamic=True`` makes the
+batch dim of every tensor input and the sequence dim of token inputs dynamic with
+``Dim.AUTO(min=1, max=max_batch / max_sequence)``; ``dynamic_shapes`` replaces that spec, and is rejected after
+tracing if a dim it leaves dynamic has no upper bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import Dim, ExportedProgram
+
+from exporters.base import ExportResult, StageClock
+from exporters.exporter_dynamo import (
+    DynamoConfig,
+    DynamoExporter,
+    describe_export,
+    dynamic_dim_ranges,
+    second_shape_inputs,
+)
+from exporters.fx_rewrites import make_reshape_input_contiguous
+from exporters.utils import (
+    HitLog,
+    apply_fx_node_fixes,
+    apply_fx_program_fixes,
+    check_disabled_names,
+    installed_patches,
+    register_fx_node_fix,
+    tracking_hits,
+)
+
+__all__ = [
+    "BackendUnavailableError",
+    "ExecutorchConfig",
+    "ExecutorchExporter",
+    "UnboundedDimError",
+    "bounded_dynamic_shapes",
+    "register_backend",
+]
+
+# Default bounds of ``dynamic=True``. ExecuTorch sizes its memory arena for these maxima, so they are kept
+# small enough for a phone and large enough for a real request; torch.export may narrow them further (a
+# position-embedding table of 64 rows caps the sequence at 64), and the program's own bounds are recorded.
+DEFAULT_MAX_BATCH = 8
+DEFAULT_MAX_SEQUENCE = 128
+
+# Inputs whose dim 1 is a token sequence. Every other non-batch dim (image height and width, audio samples,
+# feature frames) stays at its example size: vision and audio stems rarely accept other sizes as traced.
+_SEQUENCE_INPUTS = frozenset({
+    "input_ids", "attention_mask", "token_type_ids", "position_ids", "bbox",
+    "decoder_input_ids", "decoder_attention_mask",
+})
+
+
+class BackendUnavailableError(ValueError):
+    """The requested ExecuTorch backend cannot run on this machine (no GPU, package missing)."""
+
+
+class UnboundedDimError(ValueError):
+    """A dynamic dim has no upper bound, so the lowered program would run only at the example shape."""
+
+
+@dataclass
+class ExecutorchConfig:
+    """How to lower to ExecuTorch.
+
+    Tolerances are runtime vs eager in fp32: XNNPACK's GEMM and softmax kernels accumulate in another order
+    than ATen's, so rtol is as loose as ONNX Runtime's (1e-3) while atol stays at 1e-4.
+    """
+
+    backend: str = "xnnpack"
+    dynamic: bool = False
+    dynamic_shapes: Any = None
+    max_batch: int = DEFAULT_MAX_BATCH
+    max_sequence: int = DEFAULT_MAX_SEQUENCE
+    without: frozenset[str] = frozenset()
+    atol: float = 1e-4
+    rtol: float = 1e-3
+
+    def __post_init__(self) -> None:
+        if self.backend not in _BACKEND_PREPARE:
+            raise ValueError(
+                f"unknown ExecuTorch backend {self.backend!r}; choose from {', '.join(sorted(_BACKEND_PREPARE))}"
+            )
+        if self.max_batch < 1 or self.max_sequence < 2:
+            raise ValueError(f"max_batch must be >= 1 and max_sequence >= 2, got {self.max_batch}, {self.max_sequence}")
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["without"] = sorted(self.without)
+        data["dynamic_shapes"] = None if self.dynamic_shapes is None else repr(self.dynamic_shapes)
+        return data
+
+
+class ExecutorchExporter:
+    """``ExecutorchExporter(ExecutorchConfig(backend="xnnpack")).export(model, inputs, validate=True)``."""
+
+    backend = "executorch"
+
+    def __init__(self, config: ExecutorchConfig | None = None):
+        self.config = config or ExecutorchConfig()
+
+    def export(self, model: torch.nn.Module, inputs: Mapping[str, Any], *, validate: bool = False) -> ExportResult:
+        config = self.config
+        prepare = _BACKEND_PREPARE[config.backend]
+        check_disabled_names(config.without)
+        model, inputs, partitioners = prepare(model, dict(inputs))
+        model.eval()
+        stage_seconds: dict[str, float] = {}
+        clock = StageClock(stage_seconds)
+        hits = HitLog(disabled=config.without)
+        dynamo = DynamoExporter(
+            DynamoConfig(dynamic_shapes=self._dynamic_shapes(inputs), without=config.without)
+        )
+        # ExecuTorch (~3 s to import) is imported where it is used, so listing workarounds stays cheap.
+        from executorch.exir import to_edge_transform_and_lower
+
+        with tracking_hits(hits), installed_executorch_patches(config.backend, config.without):
+            program = dynamo.export_program(model, inputs, clock)
+            require_bounded_dims(program)
+            apply_program_fixes(program)
+            apply_node_fixes(program)
+            with clock("to_edge_transform_and_lower"):
+                edge = to_edge_transform_and_lower(program, partitioner=partitioners)
+            with clock("to_executorch"):
+                lowered = edge.to_executorch()
+        metadata = describe_export(self.backend, model, inputs, program, config, hits, stage_seconds)
+        metadata.dynamic = bool(metadata.dynamic_dims)
+        if metadata.dynamic_dims:
+            metadata.notes.append(
+                "dynamic dims are bounded (dynamic_dims max): the runtime rejects larger inputs and plans memory "
+                "for the maxima; a min of 2 is torch.export's 0/1 specialisation, size 1 is not covered by guards"
+            )
+        result = ExportResult(
+            artifact=lowered,
+            metadata=metadata,
+            model=model,
+            inputs=inputs,
+            run_artifact=_PteRunner(lowered.buffer),
+            save_artifact=lambda out: _save_pte(lowered.buffer, out / "model.pte"),
+            atol=config.atol,
+            rtol=config.rtol,
+            second_inputs=second_shape_inputs(program, inputs),
+        )
+        if validate:
+            result.validate()
+        return result
+
+    def _dynamic_shapes(self, inputs: Mapping[str, Any]) -> Any:
+        """The user's spec, else the bounded default when ``dynamic``, else None (static)."""
+        if self.config.dynamic_shapes is not None:
+            return self.config.dynamic_shapes
+        if not self.config.dynamic:
+            return None
+        return bounded_dynamic_shapes(inputs, self.config.max_batch, self.config.max_sequence)
+
+
+def bounded_dynamic_shapes(inputs: Mapping[str, Any], max_batch: int, max_sequence: int) -> dict[str, Any]:
+    """Batch (dim 0) of every tensor input and sequence (dim 1) of token inputs, each ``Dim.AUTO`` with bounds.
+
+    ``Dim.AUTO`` rather than named ``Dim``s: torch.export then specialises a dim the model fixes and narrows a
+    bound the model imposes (position tables) instead of failing the export, and it relates the batch dims of
+    all inputs by itself. Non-tensor inputs (caches) stay static.
+    """
+    spec: dict[str, Any] = {}
+    for name, value in inputs.items():
+        if not isinstance(value, torch.Tensor) or value.dim() == 0:
+            spec[name] = None
+            continue
+        dims = {0: Dim.AUTO(min=1, max=max_batch)}
+        if name in _SEQUENCE_INPUTS and value.dim() > 1:
+            dims[1] = Dim.AUTO(min=1, max=max_sequence)
+        spec[name] = dims
+    return spec
+
+
+def require_bounded_dims(program: ExportedProgram) -> None:
+    """Refuse a program with an unbounded symbolic input dim before spending a lowering on it (E2)."""
+    unbounded = [
+        f"{name} dim {index}"
+        for name, dims in dynamic_dim_ranges(program).items()
+        for index, bounds in dims.items()
+        if bounds["max"] is None
+    ]
+    if unbounded:
+        raise UnboundedDimError(
+            f"ExecuTorch needs an upper bound on every dynamic dim; none on {', '.join(unbounded)} "
+            "(give Dim(..., max=N) or Dim.AUTO(max=N) in dynamic_shapes)"
+        )
+
+
+class _PteRunner:
+    """Runs the serialized program in the ExecuTorch runtime; loaded on first use, then reused."""
+
+    def __init__(self, buffer: bytes):
+        self.buffer = buffer
+        self.program: Any = None  # held with the method: the runtime program must outlive it
+        self.method: Any = None
+
+    def __call__(self, inputs: Mapping[str, Any]) -> list[torch.Tensor]:
+        if self.method is None:
+            from executorch.runtime import Runtime
+
+            self.program = Runtime.get().load_program(self.buffer)
+            self.method = self.program.load_method("forward")
+        flat = [leaf for leaf in pytree.tree_leaves(list(inputs.values())) if isinstance(leaf, torch.Tensor)]
+        return list(self.method.execute(flat))
+
+
+def _save_pte(buffer: bytes, path: Path) -> Path:
+    path.write_bytes(buffer)
+    return path
+
+
+# ── Stage 1: Backend preparation ──
+# ``prepare_for_<name>(model, inputs) -> (model, inputs, partitioners)`` puts model and inputs on the backend's
+# device and dtype and picks its partitioners. A backend is added by decorating one with
+# ``@register_backend("<name>")``; ``ExecutorchConfig(backend=...)`` accepts every registered name. A backend
+# that cannot run here raises ``BackendUnavailableError`` as its first statement, before any work.
+Prepare = Callable[[torch.nn.Module, dict[str, Any]], tuple[torch.nn.Module, dict[str, Any], list[Any]]]
+_BACKEND_PREPARE: dict[str, Prepare] = {}
+
+
+def register_backend(name: str) -> Callable[[Prepare], Prepare]:
+    """Make ``ExecutorchConfig(backend=name)`` use the decorated ``prepare_for_<name>``."""
+
+    def decorate(prepare: Prepare) -> Prepare:
+        _BACKEND_PREPARE[name] = prepare
+        return prepare
+
+    return decorate
+
+
+def _moved_inputs(inputs: dict[str, Any], device: str, dtype: torch.dtype) -> dict[str, Any]:
+    """Tensors (also inside caches) to ``device``; floating ones to ``dtype``, integer ones keep theirs."""
+
+    def move(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.to(device=device, dtype=dtype if tensor.is_floating_point() else tensor.dtype)
+
+    return {name: pytree.tree_map_only(torch.Tensor, move, value) for name, value in inputs.items()}
+
+
+@register_backend("xnnpack")
+def prepare_for_xnnpack(
+    model: torch.nn.Module, inputs: dict[str, Any]
+) -> tuple[torch.nn.Module, dict[str, Any], list[Any]]:
+    """CPU in fp32: XNNPACK's partitioner and the edge passes expect a CPU graph, and fp32 is its exact path."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    model = model.to(device="cpu", dtype=torch.float32)
+    return model, _moved_inputs(inputs, "cpu", torch.float32), [XnnpackPartitioner()]
+
+
+@register_backend("cuda")
+def prepare_for_cuda(
+    model: torch.nn.Module, inputs: dict[str, Any]
+) -> tuple[torch.nn.Module, dict[str, Any], list[Any]]:
+    """GPU in bf16: the ExecuTorch CUDA backend compiles with AOTInductor, which needs a visible GPU and bf16."""
+    if not torch.cuda.is_available():
+        raise BackendUnavailableError(
+            "ExecuTorch backend 'cuda' needs a CUDA GPU, and torch.cuda.is_available() is False on this machine"
+        )
+    try:
+        from executorch.backends.cuda.cuda_backend import CudaBackend
+        from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
+    except ImportError as error:
+        raise BackendUnavailableError(f"ExecuTorch backend 'cuda' cannot be imported: {error}") from error
+    partitioner = CudaPartitioner([CudaBackend.generate_method_name_compile_spec("forward")])
+    model = model.to(device="cuda", dtype=torch.bfloat16)
+    return model, _moved_inputs(inputs, "cuda", torch.bfloat16), [partitioner]
+
+
+# ── Stage 2: Torch patches ──
+# Nesting, outermost first: ``executorch`` (every backend), then ``executorch.<backend>``, then ``dynamo``
+# (installed by ``DynamoExporter.export_program`` inside). When two levels patch one target, the inner one
+# receives the outer replacement as its ``original``. Patches stay installed through lowering, because
+# ``to_edge_transform_and_lower`` re-traces the program (``run_decompositions``).
+@contextlib.contextmanager
+def installed_executorch_patches(backend: str, without: frozenset[str]) -> Iterator[list[str]]:
+    with (
+        installed_patches("executorch", without) as common,
+        installed_patches(f"executorch.{backend}", without) as own,
+    ):
+        yield [*common, *own]
+
+
+# ── Stage 3: ExecuTorch patches ──
+# ``@register_patch("executorch", "executorch.exir....")`` factories for ExecuTorch internals that crash on
+# valid (dynamic-shape) graphs; installed by stage 2's ``installed_executorch_patches``. None is registered:
+# no export in this environment has needed one yet.
+
+
+# ── Stage 4: FX program fixes ──
+# ``@register_fx_program_fix("executorch")`` on ``fix(exported_program) -> bool | None``, for repairs that need
+# the whole program (range constraints, graph signature, state dict).
+def apply_program_fixes(program: ExportedProgram) -> None:
+    apply_fx_program_fixes(program, "executorch")
+
+
+# ── Stage 5: FX node fixes ──
+# ``@register_fx_node_fix("executorch")`` on ``fix(graph_module, node) -> bool`` for single nodes that the
+# lowering (its decompositions, the edge verifier, a partitioner) cannot take as traced.
+def apply_node_fixes(program: ExportedProgram) -> int:
+    return apply_fx_node_fixes(program.graph_module, "executorch")
+
+
+@register_fx_node_fix("executorch", upstream="https://github.com/pytorch/pytorch/issues/141107", dependency="torch")
+def _fix_strided_reshape_input(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make the input of ``reshape`` contiguous when it is strided (non-contiguous) at trace time.
+
+    The lowering decomposes SDPA again, into a kernel whose output has another memory layout than the traced
+    one; a reshape after it then yields a strided view, and the ``view`` traced after that (GPT-2's
+    ``Conv1D``: ``x.view(-1, x.size(-1))``) fails with ``Cannot view a tensor with shape ... and strides``.
+    ``contiguous`` first pins the layout, which is what eager's reshape of a strided tensor does anyway.
+    """
+    return make_reshape_input_contiguous(graph_module, node)
