@@ -40,6 +40,14 @@ from rich.console import Console
 from rich.table import Table
 
 from bot.errors import EXIT_FAILED, UsageProblem, report_errors
+from bot.options import (
+    github_url_option,
+    index_option,
+    pins_option,
+    probes_option,
+    registry_option,
+    token_env_option,
+)
 from bot.pins import find_pin_file, read_pins
 from bot.plan import Plan, Subject, describe_state, entry_subject, parse_candidate, plan_entry
 from bot.rerun import DEFAULT_RUNS, DEFAULT_TIMEOUT, ProbeRunner, RunExport, rerun_subject, subprocess_runner
@@ -390,20 +398,8 @@ def _make_tracker(
 
 
 @click.command("audit")
-@click.option(
-    "--registry",
-    "registry_dir",
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Ledger directory [default: $EXPORTBOT_REGISTRY, else registry/].",
-)
-@click.option(
-    "--pins",
-    "pin_file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Pin file [default: constraints.txt next to the registry or above it].",
-)
+@registry_option
+@pins_option
 @click.option(
     "--tracker",
     "tracker_file",
@@ -411,24 +407,14 @@ def _make_tracker(
     default=None,
     help="Answer upstream questions from this snapshot, offline (e.g. registry/upstream-snapshot.json).",
 )
-@click.option(
-    "--github-url",
-    default=None,
-    metavar="URL",
-    help="GitHub API base URL (Enterprise: https://HOST/api/v3) [default: api.github.com].",
-)
+@github_url_option
 @click.option(
     "--web-host",
     default=None,
     metavar="HOST",
     help="Web host whose issue URLs that API answers for [default: derived from --github-url].",
 )
-@click.option(
-    "--token-env",
-    default=None,
-    metavar="NAME",
-    help="Environment variable holding the token [default: GITHUB_TOKEN, then GH_TOKEN].",
-)
+@token_env_option
 @click.option("--all", "force_all", is_flag=True, help="Re-run every entry, due or not.")
 @click.option(
     "--entry",
@@ -444,21 +430,8 @@ def _make_tracker(
     help="Also audit every registered workaround with upstream/dependency metadata: re-run exports it fired in "
     "with only it disabled (--without NAME).",
 )
-@click.option(
-    "--index",
-    "index_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=DEFAULT_JSON,
-    show_default=True,
-    help="Workaround index (JSON) saying which exports each workaround fired in.",
-)
-@click.option(
-    "--probes",
-    type=click.IntRange(1),
-    default=DEFAULT_PROBE_LIMIT,
-    show_default=True,
-    help="Exports re-run per workaround (passing exports it fired in, spread over backends and modes).",
-)
+@index_option(DEFAULT_JSON, "Workaround index (JSON) saying which exports each workaround fired in.")
+@probes_option(DEFAULT_PROBE_LIMIT, "Exports re-run per workaround (passing exports it fired in, spread over backends and modes).")
 @click.option(
     "--candidate",
     default=None,

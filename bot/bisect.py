@@ -50,6 +50,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bot.errors import UsageProblem, report_errors
+from bot.options import index_option, pins_option, probes_option, registry_option
 from bot.pins import PinFileError, find_pin_file, normalize_name, read_pins
 from bot.plan import WORKAROUND, Subject, entry_subject
 from bot.rerun import DEFAULT_TIMEOUT, RunExport, subprocess_runner
@@ -327,35 +328,10 @@ def render_result(result: BisectResult, package: str, pinned: str) -> Table:
     metavar="PKG",
     help="Package whose releases to search [default: the target's dependency].",
 )
-@click.option(
-    "--registry",
-    "registry_dir",
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Ledger directory [default: $EXPORTBOT_REGISTRY, else registry/].",
-)
-@click.option(
-    "--pins",
-    "pin_file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Pin file [default: constraints.txt next to the registry or above it].",
-)
-@click.option(
-    "--index",
-    "index_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=DEFAULT_JSON,
-    show_default=True,
-    help="Workaround index (for a workaround's probes).",
-)
-@click.option(
-    "--probes",
-    type=click.IntRange(1),
-    default=DEFAULT_PROBE_LIMIT,
-    show_default=True,
-    help="Exports probed per version for a workaround.",
-)
+@registry_option
+@pins_option
+@index_option(DEFAULT_JSON, "Workaround index (for a workaround's probes).")
+@probes_option(DEFAULT_PROBE_LIMIT, "Exports probed per version for a workaround.")
 @click.option(
     "--cache-dir",
     type=click.Path(file_okay=False, path_type=Path),

@@ -51,6 +51,7 @@ from rich.table import Table
 
 from bot.config import BotConfig, ConfigError, find_config, load_config, parse_config
 from bot.errors import EXIT_FAILED, UsageProblem, report_errors
+from bot.options import github_url_option, token_env_option
 from bot.prwriter import (
     Proposal,
     ReportError,
@@ -593,18 +594,8 @@ def run_pr(
     is_flag=True,
     help="Reset the branch to the base plus one fresh exportbot commit, dropping other commits.",
 )
-@click.option(
-    "--github-url",
-    default=None,
-    metavar="URL",
-    help="GitHub API base URL (Enterprise: https://HOST/api/v3) [default: api.github.com].",
-)
-@click.option(
-    "--token-env",
-    default=None,
-    metavar="NAME",
-    help="Environment variable holding the token [default: GITHUB_TOKEN, then GH_TOKEN].",
-)
+@github_url_option
+@token_env_option
 @click.option(
     "--repo",
     "repository",
