@@ -263,7 +263,11 @@ def _register_walked_type(cls: type) -> None:
 
 
 def _dumpable_context(context: list[tuple[str, Any]]) -> str:
-    """JSON for a saved ``.pt2``: constants limited to JSON types plus dtypes and devices."""
+    """JSON for a saved program: JSON constants, dtypes, devices, and lists/tuples/dicts of them.
+
+    Dicts are stored as key/value pairs so that non-string keys (EncoderDecoderCache.is_updated maps layer
+    indices to flags) come back with their type.
+    """
 
     def encode(value: Any) -> Any:
         if value is _CHILD:
@@ -274,6 +278,10 @@ def _dumpable_context(context: list[tuple[str, Any]]) -> str:
             return {"device": str(value)}
         if value is None or isinstance(value, (bool, int, float, str)):
             return value
+        if isinstance(value, (list, tuple)):
+            return {type(value).__name__: [encode(v) for v in value]}
+        if isinstance(value, dict):
+            return {"dict": [[encode(k), encode(v)] for k, v in value.items()]}
         raise TypeError(f"cannot save a {type(value).__name__} constant in a pytree context")
 
     return json.dumps([[name, encode(value)] for name, value in context])
@@ -281,13 +289,18 @@ def _dumpable_context(context: list[tuple[str, Any]]) -> str:
 
 def _loaded_context(dumped: str) -> list[tuple[str, Any]]:
     def decode(value: Any) -> Any:
-        if isinstance(value, dict):
-            if value.get("child"):
-                return _CHILD
-            if "dtype" in value:
-                return getattr(torch, value["dtype"])
-            return torch.device(value["device"])
-        return value
+        if not isinstance(value, dict):
+            return value
+        (kind, content), = value.items()
+        if kind == "child":
+            return _CHILD
+        if kind == "dtype":
+            return getattr(torch, content)
+        if kind == "device":
+            return torch.device(content)
+        if kind == "dict":
+            return {decode(k): decode(v) for k, v in content}
+        return (tuple if kind == "tuple" else list)(decode(v) for v in content)
 
     return [(name, decode(value)) for name, value in json.loads(dumped)]
 

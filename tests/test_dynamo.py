@@ -183,3 +183,13 @@ def test_stage3_specs_survive_deepcopy_and_int_leaves(tiny_llama):
     assert torch.equal(rebuilt.layers[1].values, cache.layers[1].values)
     as_ints = pytree.tree_unflatten(list(range(len(leaves))), spec)
     assert pytree.tree_flatten(as_ints)[1] == spec
+
+
+def test_stage3_encoder_decoder_cache_context_saves_and_loads(tmp_path: Path):
+    """EncoderDecoderCache keeps a dict with int keys in its context; a saved .pt2 must round-trip it."""
+    tiny = build_tiny("T5ForConditionalGeneration")
+    result = DynamoExporter().export(tiny.model, tiny.inputs)
+    files = result.save(tmp_path)
+    loaded = torch.export.load(str(files["artifact"]))
+    out = loaded.module()(**tiny.inputs)
+    assert out.past_key_values.is_updated == result.artifact.module()(**tiny.inputs).past_key_values.is_updated
