@@ -33,6 +33,14 @@ def package_versions(backend: str) -> dict[str, str]:
     return versions
 
 
+def config_as_dict(config: Any) -> dict[str, Any]:
+    """An exporter config as JSON-ready data: ``without`` sorted, a custom ``dynamic_shapes`` spec as text."""
+    data = asdict(config)
+    data["without"] = sorted(config.without)
+    data["dynamic_shapes"] = None if config.dynamic_shapes is None else repr(config.dynamic_shapes)
+    return data
+
+
 @dataclass
 class ExportMetadata:
     """Everything a maintainer needs to reproduce or audit one export; written as ``summary.json``."""

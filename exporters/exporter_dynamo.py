@@ -16,7 +16,7 @@ import contextlib
 import inspect
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import Dim, ExportedProgram
 
-from exporters.base import ExportMetadata, ExportResult, StageClock, package_versions
+from exporters.base import ExportMetadata, ExportResult, StageClock, config_as_dict, package_versions
 from exporters.utils import HitLog, check_disabled_names, installed_patches, tracking_hits
 from exporters.validation import named_tensors
 
@@ -49,10 +49,7 @@ class DynamoConfig:
     rtol: float = 1e-4
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["without"] = sorted(self.without)
-        data["dynamic_shapes"] = None if self.dynamic_shapes is None else repr(self.dynamic_shapes)
-        return data
+        return config_as_dict(self)
 
 
 class DynamoExporter:

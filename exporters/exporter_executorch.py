@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 
-from exporters.base import ExportResult, StageClock
+from exporters.base import ExportResult, StageClock, config_as_dict
 from exporters.exporter_dynamo import (
     DynamoConfig,
     DynamoExporter,
@@ -108,10 +108,7 @@ class ExecutorchConfig:
             raise ValueError(f"max_batch must be >= 1 and max_sequence >= 2, got {self.max_batch}, {self.max_sequence}")
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["without"] = sorted(self.without)
-        data["dynamic_shapes"] = None if self.dynamic_shapes is None else repr(self.dynamic_shapes)
-        return data
+        return config_as_dict(self)
 
 
 class ExecutorchExporter:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,9 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
-from exporters.base import ExportResult, StageClock
+from exporters.base import ExportResult, StageClock, config_as_dict
 from exporters.exporter_dynamo import DynamoConfig, DynamoExporter, describe_export, second_shape_inputs
+from exporters.fx_rewrites import make_reshape_input_contiguous
 from exporters.utils import (
     HitLog,
     Workaround,
@@ -60,10 +61,7 @@ class OnnxConfig:
     rtol: float = 1e-3
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["without"] = sorted(self.without)
-        data["dynamic_shapes"] = None if self.dynamic_shapes is None else repr(self.dynamic_shapes)
-        return data
+        return config_as_dict(self)
 
 
 class OnnxExporter:
@@ -196,6 +194,35 @@ def _renamed(dim: Any, renames: dict[str, str]) -> Any:
 
 # ── Stage 1: Torch patches ──
 # `@register_patch("onnx", "torch.<op>")` factories for torch ops the ONNX exporter cannot translate as they are.
+@register_patch(
+    "onnx",
+    "torch.export.exported_program._get_updated_module_call_graph",
+    upstream="https://github.com/pytorch/pytorch/pull/121361",
+    dependency="torch",
+)
+def _patch_share_symints_in_call_graph_copy(original: Callable) -> Callable:
+    """Share SymInts when ``run_decompositions`` deep-copies the module call graph.
+
+    Under dynamic shapes an output pytree context can hold a SymInt (a sliding-window cache layer's
+    ``cumulative_length``). ``copy.deepcopy`` of a SymInt copies its SymNode, hence the ShapeEnv and its tracked
+    FakeTensors, and fails with ``Cannot access data pointer of Tensor``. SymInts are immutable: sharing is a copy.
+    """
+    import copy
+
+    def updated(*args: Any, **kwargs: Any) -> Any:
+        dispatch = copy._deepcopy_dispatch  # type: ignore[attr-defined]
+        symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
+        saved = {cls: dispatch[cls] for cls in symbolic if cls in dispatch}
+        dispatch.update(dict.fromkeys(symbolic, copy._deepcopy_atomic))  # type: ignore[attr-defined]
+        try:
+            return original(*args, **kwargs)
+        finally:
+            for cls in symbolic:
+                dispatch.pop(cls, None)
+            dispatch.update(saved)
+
+    return updated
+
 
 
 # ── Stage 2: ONNX patches ──
@@ -226,11 +253,56 @@ def _fix_reshape_of_strided(graph_module: torch.fx.GraphModule, node: torch.fx.N
     (T5's ``attn_output.reshape(*input_shape, -1)`` after SDPA) is lowered to ``view`` and fails with
     ``Cannot view a tensor with shape ... and strides ...``. A ``contiguous`` first is what eager does anyway.
     """
-    if node.op != "call_function" or node.target is not torch.ops.aten.reshape.default:
+    return make_reshape_input_contiguous(graph_module, node)
+
+
+@register_fx_node_fix("onnx", upstream="https://github.com/pytorch/pytorch/issues/194381", dependency="torch")
+def _fix_rsub_scalar(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Rewrite ``aten.rsub.Scalar(x, c)`` as ``aten.sub.Tensor(scalar_tensor(c), x)``.
+
+    torch.onnx decomposes ``rsub`` to ``sub.Tensor(c, x)`` with a Python scalar where the schema wants a Tensor;
+    for an integer ``x`` (XLNet's ``1.0 - attention_mask``) its type-promotion pass then fails with ``aten::sub()
+    Expected a value of type 'Tensor' for argument 'self'``. A rank-0 tensor of the result dtype is exact.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten.rsub.Scalar:
+        return False
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        return False
+    source, other = node.args[0], node.args[1]
+    alpha = node.args[2] if len(node.args) > 2 else node.kwargs.get("alpha", 1)
+    graph = graph_module.graph
+    with graph.inserting_before(node):
+        scalar = graph.call_function(
+            torch.ops.aten.scalar_tensor.default, (other,), {"dtype": value.dtype, "device": value.device}
+        )
+        difference = graph.call_function(torch.ops.aten.sub.Tensor, (scalar, source), {"alpha": alpha})
+    scalar.meta["val"] = value.new_zeros(())
+    difference.meta.update(node.meta)
+    node.replace_all_uses_with(difference)
+    graph.erase_node(node)
+    return True
+
+
+_TRANSPOSING = (torch.ops.aten.transpose.int, torch.ops.aten.permute.default)
+
+
+@register_fx_node_fix("onnx", upstream="https://github.com/pytorch/pytorch/issues/141107", dependency="torch")
+def _fix_view_of_transposed(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Insert ``contiguous`` between a ``transpose``/``permute`` and the ``view`` that reads it.
+
+    The exported graph drops ``attn_output.transpose(1, 2).contiguous()``'s ``contiguous`` when the fused SDPA
+    kernel's output strides make the transpose contiguous already; torch.onnx decomposes SDPA to the math path,
+    whose output is laid out differently, and the ``view`` (Afmoe's ``output.view(*input_shape, -1)``) then fails
+    with ``Cannot view a tensor with shape ... and strides ...``. ``contiguous`` changes no values.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten.view.default:
         return False
     source = node.args[0]
-    value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
-    if not isinstance(value, torch.Tensor) or value.is_contiguous() or source.target is torch.ops.aten.contiguous.default:
+    if not isinstance(source, torch.fx.Node) or source.target not in _TRANSPOSING:
+        return False
+    value = source.meta.get("val")
+    if not isinstance(value, torch.Tensor):
         return False
     with graph_module.graph.inserting_before(node):
         contiguous = graph_module.graph.call_function(torch.ops.aten.contiguous.default, (source,))
@@ -259,6 +331,66 @@ def _register_translation(op: Any, *, upstream: str | None = None, dependency: s
 
 def translation_table(without: frozenset[str]) -> dict[Any, Callable]:
     return {op: f for op, f in _ONNX_TRANSLATION_TABLE.items() if _TRANSLATION_NAMES[op] not in without}
+
+
+def _transformers_op(name: str) -> Any:
+    """``torch.ops.transformers.<name>.default``; importing the MoE integration registers the custom op."""
+    import transformers.integrations.moe  # noqa: F401
+
+    return getattr(torch.ops.transformers, name).default
+
+
+@_register_translation(
+    _transformers_op("grouped_mm_fallback"),
+    upstream="https://github.com/microsoft/onnxscript/pull/3017",
+    dependency="onnxscript",
+)
+def _aten_grouped_mm_fallback(input: Any, weight: Any, offs: Any) -> Any:
+    """Lower transformers' opaque ``grouped_mm_fallback`` (``_grouped_mm`` with ``offs``) to one MatMul per expert.
+
+    MoE experts on CPU/fp32 dispatch through the custom op ``transformers::grouped_mm_fallback(input (S, K),
+    weight (G, K, N), offs (G,))``: rows ``offs[g-1]:offs[g]`` of ``input`` (sorted by expert) times
+    ``weight[g]``, rows past ``offs[-1]`` left zero. torch.onnx has no translation for it, and torchlib's
+    ``aten::_grouped_mm`` raises on ``offs``. ``G`` is static (a weight dim); token counts stay dynamic.
+    """
+    from onnxscript import opset18 as op
+
+    groups = weight.shape[0]
+    if not isinstance(groups, int):
+        raise ValueError("grouped_mm_fallback: the number of experts (weight.shape[0]) must be static")
+    record_hit("_aten_grouped_mm_fallback")
+    axis0 = op.Constant(value_ints=[0])
+    offs = op.Cast(offs, to=ir.DataType.INT64)
+    ends = op.Split(offs, axis=0, num_outputs=groups) if groups > 1 else [offs]
+    weights = op.Split(weight, axis=0, num_outputs=groups) if groups > 1 else [weight]
+    # One SplitToSequence cuts the rows by expert (a Slice per expert makes the optimizer's pairwise
+    # SlicesSplit rule quadratic: minutes for 384 experts); the last chunk is the rows past offs[-1].
+    starts = op.Concat(axis0, *ends[:-1], axis=0)
+    tail = op.Sub(op.Shape(input, start=0, end=1), ends[-1])
+    chunks = op.SplitToSequence(input, op.Concat(op.Sub(offs, starts), tail, axis=0), axis=0)
+    outputs = [
+        op.MatMul(op.SequenceAt(chunks, op.Constant(value_int=g)), op.Squeeze(expert, axis0))
+        for g, expert in enumerate(weights)
+    ]
+    result = op.Concat(*outputs, axis=0) if groups > 1 else outputs[0]
+    # rows past offs[-1] (none when every token is routed) stay zero, as in the eager fallback
+    pads = op.Concat(op.Constant(value_ints=[0, 0]), tail, op.Constant(value_ints=[0]), axis=0)
+    return op.Pad(result, pads)
+
+
+@_register_translation(torch.ops.aten._is_all_true.default, dependency="onnxscript")
+def _aten_is_all_true(self: Any) -> Any:
+    """Translate ``aten._is_all_true`` (from ``torch._check_tensor_all``) as "no element is False".
+
+    transformers' ``torch_compilable_check(tensor_cond, ...)`` calls ``torch._check_tensor_all`` while
+    tracing, which leaves ``_is_all_true`` feeding an assertion; torchlib has no translation for it. The
+    assertion itself is dropped by torch.onnx, this only has to produce the 0-d bool. Empty input → True.
+    """
+    from onnxscript import opset18 as op
+
+    record_hit("_aten_is_all_true")
+    falses = op.ReduceSum(op.Cast(op.Not(op.Cast(self, to=ir.DataType.BOOL)), to=ir.DataType.INT64), keepdims=0)
+    return op.Equal(falses, op.Constant(value_int=0))
 
 
 # ── Stage 5: ONNX IR fixes ──
