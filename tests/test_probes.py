@@ -232,10 +232,13 @@ def test_removal_from_the_onnx_exporter_keeps_every_other_byte(tmp_path):
     copy.write_text(original)
     edited = remove_workaround_source(copy, RESHAPE_FIX, write=False)
     lines = original.splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.startswith('@register_fx_node_fix("onnx"'))
-    end = (
-        next(i for i, line in enumerate(lines) if line.startswith("# ── Stage 4")) - 2
-    )  # two blank lines stay
+    definition = next(i for i, line in enumerate(lines) if line.startswith(f"def {RESHAPE_FIX}("))
+    start = definition - 1  # its one-line decorator
+    assert lines[start].startswith("@register_fx_node_fix(")
+    # Up to the next top-level statement; the blank lines before that statement stay.
+    end = next(i for i in range(definition + 1, len(lines)) if lines[i][:1] not in ("", " ", "\n"))
+    while lines[end - 1] == "\n":
+        end -= 1
     assert f"def {RESHAPE_FIX}" in "".join(lines[start:end])
     assert edited == "".join(lines[:start] + lines[end:]) and copy.read_text() == original
 
