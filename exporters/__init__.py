@@ -36,8 +36,4 @@ def __getattr__(name: str) -> Any:
 def load_all_workarounds() -> None:
     """Import every exporter module so every ``@register_*`` decorator has run."""
     for module in EXPORTER_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as error:
-            if error.name != module:  # a missing backend package is a real problem; a missing module is not yet
-                raise
+        importlib.import_module(module)

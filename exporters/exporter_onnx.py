@@ -27,7 +27,7 @@ import torch
 
 from exporters.base import ExportResult, StageClock, config_as_dict
 from exporters.exporter_dynamo import DynamoConfig, DynamoExporter, describe_export, second_shape_inputs
-from exporters.fx_rewrites import make_reshape_input_contiguous
+from exporters.fx_rewrites import feed_contiguous, make_reshape_input_contiguous
 from exporters.utils import (
     HitLog,
     Workaround,
@@ -301,13 +301,9 @@ def _fix_view_of_transposed(graph_module: torch.fx.GraphModule, node: torch.fx.N
     source = node.args[0]
     if not isinstance(source, torch.fx.Node) or source.target not in _TRANSPOSING:
         return False
-    value = source.meta.get("val")
-    if not isinstance(value, torch.Tensor):
+    if not isinstance(source.meta.get("val"), torch.Tensor):
         return False
-    with graph_module.graph.inserting_before(node):
-        contiguous = graph_module.graph.call_function(torch.ops.aten.contiguous.default, (source,))
-    contiguous.meta["val"] = value.contiguous()
-    node.replace_input_with(source, contiguous)
+    feed_contiguous(graph_module, node, source)
     return True
 
 

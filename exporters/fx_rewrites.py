@@ -22,8 +22,13 @@ def make_reshape_input_contiguous(graph_module: torch.fx.GraphModule, node: torc
     value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
     if not isinstance(value, torch.Tensor) or value.is_contiguous() or source.target is torch.ops.aten.contiguous.default:
         return False
+    feed_contiguous(graph_module, node, source)
+    return True
+
+
+def feed_contiguous(graph_module: torch.fx.GraphModule, node: torch.fx.Node, source: torch.fx.Node) -> None:
+    """Route ``node``'s input ``source`` through a new ``aten.contiguous`` node (same values, dense layout)."""
     with graph_module.graph.inserting_before(node):
         contiguous = graph_module.graph.call_function(torch.ops.aten.contiguous.default, (source,))
-    contiguous.meta["val"] = value.contiguous()
+    contiguous.meta["val"] = source.meta["val"].contiguous()
     node.replace_input_with(source, contiguous)
-    return True
