@@ -74,6 +74,7 @@ from bot.workaround_index import (
     load_index,
     probe_subject,
 )
+from bot.workaround_removal import REPO_ROOT, defining_file, removal_blocker
 from exporters.ledger import Ledger, LedgerEntry, default_registry_dir, load_ledger
 from exporters.utils import Workaround
 
@@ -113,12 +114,21 @@ class WorkaroundReport:
     state: UpstreamState | None
     plan: Plan | None
     verdict: Verdict
+    removal: str | None = None  # removable but not self-contained: why the shrink PR cannot delete it
+
+    @property
+    def source(self) -> str:
+        """Repository path of the defining file, as the shrink PR addresses it on the base branch."""
+        path = defining_file(self.workaround.func)
+        return path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else str(path)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.workaround.name,
             "kind": self.workaround.kind,
             "backend": self.workaround.backend,
+            "source": self.source,
+            "removal": self.removal,
             "exports": [
                 {"model": e.model, "backend": e.backend, "mode": e.mode} for e in self.subject.exports
             ],
@@ -262,10 +272,11 @@ def run_audit(
         return state, plan, verdict(subject, plan, state, outcomes)
 
     rows = [EntryReport(e, *check(entry_subject(e), verification, lambda: run_export)) for e in entries]
-    probed = [
-        WorkaroundReport(w, s, *check(s, workaround_verification or {}, lambda w=w: probe_runner(w.name)))
-        for w, s in chosen
-    ]
+    probed = []
+    for w, s in chosen:
+        checked = check(s, workaround_verification or {}, lambda w=w: probe_runner(w.name))
+        blocker = removal_blocker(w.func, w.name) if checked[2].verdict == REMOVABLE else None
+        probed.append(WorkaroundReport(w, s, *checked, removal=blocker))
     until = f"{limited.reset_at:%Y-%m-%dT%H:%M:%SZ}" if limited else None
     return AuditReport(rows, dict(pins), exporter_version(), runs, candidate, until, probed)
 

@@ -12,6 +12,9 @@ functions return, so a dry run and a real run compute exactly the same diff, bod
   versions it was re-run at, the re-run evidence and the command reproducing it, plus a hidden
   machine-readable block (``<!-- exportbot:entry {...} -->``) that :func:`parse_pr_body` reads back.
   The PR body is the bot's only memory of what it proposed ("repository as database").
+* :func:`workaround_changes` deletes the registered workarounds an audit (``--workarounds``) found
+  removable from *copies* of their source files (bot.workaround_removal: a syntax-tree cut that keeps
+  every other byte); one that cannot go on its own stays in the PR as "delete by hand", with evidence.
 * :func:`dashboard_body` renders the optional dashboard issue, including the reverse direction:
   entries whose upstream is closed but which still fail at our pins.
 """
@@ -34,6 +37,7 @@ from bot.rerun import scope_modes
 from bot.runner import PASS
 from bot.verdict import NOT_DUE, REMOVABLE, STILL_NEEDED, UNKNOWN
 from bot.verification import Verification
+from bot.workaround_removal import NotSelfContained, remove_workaround_text
 from exporters.ledger import SCOPES, Ledger, load_ledger, remove_entry
 
 REPORT_SCHEMA = 1
@@ -41,6 +45,7 @@ PR_MARKER = "<!-- exportbot:shrink-pr -->"
 DASHBOARD_MARKER = "<!-- exportbot:dashboard -->"
 BOT_TRAILER = "Exportbot-Commit: true"
 BASE_TRAILER = "Exportbot-Base"
+WORKAROUND_LIST = "workaround"  # Proposal.list_name of a registered workaround (not a ledger entry)
 FIXED_STATES = ("closed:completed", "merged")  # bot.plan.describe_state words for "closed as fixed"
 MAX_PROPOSALS = 20  # one entry's section is 2-3 kB; GitHub refuses bodies over 65,536 characters
 _BLOCK = re.compile(r"<!-- exportbot:entry (\{.*?\}) -->")
@@ -73,6 +78,19 @@ class Proposal:
     evidence: tuple[Mapping[str, Any], ...] = ()  # model, mode, run, status, max_abs_diff per re-run
     audited_at: str = ""
     exporter_version: str = ""
+    source: str | None = None  # a workaround: repository path of the file that defines it
+    exports: tuple[tuple[str, str], ...] = ()  # a workaround: the (model, mode) exports it was probed on
+    removal: str | None = None  # a workaround the audit found not self-contained: why (delete by hand)
+
+    @property
+    def is_workaround(self) -> bool:
+        return self.list_name == WORKAROUND_LIST
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """Every (model, mode) the evidence must cover: a workaround's probes, or models × scope modes."""
+        if self.exports:
+            return list(self.exports)
+        return [(m, "dynamic" if d else "static") for m in self.models for d in scope_modes(self.scope)]
 
     @property
     def basis(self) -> tuple[str, dict[str, str | None]]:
@@ -82,16 +100,14 @@ class Proposal:
     def shortfall(self, runs_required: int) -> list[str]:
         """Each model and mode with fewer passing re-runs than required (then the PR is a draft)."""
         missing = []
-        for model in self.models:
-            for dynamic in scope_modes(self.scope):
-                mode = "dynamic" if dynamic else "static"
-                passed = sum(
-                    1
-                    for e in self.evidence
-                    if e.get("model") == model and e.get("mode") == mode and e.get("status") == PASS
-                )
-                if passed < runs_required:
-                    missing.append(f"{model} {mode}: {passed} of {runs_required} runs passed")
+        for model, mode in self.pairs():
+            passed = sum(
+                1
+                for e in self.evidence
+                if e.get("model") == model and e.get("mode") == mode and e.get("status") == PASS
+            )
+            if passed < runs_required:
+                missing.append(f"{model} {mode}: {passed} of {runs_required} runs passed")
         return missing
 
     def to_block(self) -> str:
@@ -102,6 +118,8 @@ class Proposal:
             "pins": dict(self.pins), "reasons": list(self.reasons), "evidence": [dict(e) for e in self.evidence],
             "audited_at": self.audited_at, "exporter_version": self.exporter_version,
         }  # fmt: skip
+        if self.is_workaround:
+            data |= {"source": self.source, "exports": [list(e) for e in self.exports], "removal": self.removal}
         text = json.dumps(data, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
         safe = text.replace("<", "\\u003c").replace(">", "\\u003e")
         return f"<!-- exportbot:entry {safe} -->"
@@ -127,6 +145,9 @@ class Proposal:
             evidence=tuple(dict(e) for e in data.get("evidence", ())),
             audited_at=str(data.get("audited_at", "")),
             exporter_version=str(data.get("exporter_version", "")),
+            source=data.get("source"),
+            exports=tuple((str(m), str(d)) for m, d in data.get("exports", ())),
+            removal=data.get("removal"),
         )
 
 
@@ -157,34 +178,49 @@ def check_report(data: Any) -> Mapping[str, Any]:
             raise ReportError(f"audit report entry {entry.get('id', '?')!r} lacks {', '.join(missing)}")
         if entry["backend"] not in BACKEND_STACK:
             raise ReportError(f"audit report entry {entry['id']!r}: unknown backend {entry['backend']!r}")
+    for row in workaround_rows(data):
+        missing = [k for k in ("id", "backend", "exports", "upstream", "upstream_state", "verdict") if k not in row]
+        if missing or row.get("backend") not in BACKEND_STACK:
+            what = f"lacks {', '.join(missing)}" if missing else f"has unknown backend {row.get('backend')!r}"
+            raise ReportError(f"audit report workaround {row.get('id', '?')!r} {what}")
     return data
 
 
 def ledger_rows(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The report's ledger entries. Rows of another ``kind`` (registered workarounds, which
-    ``audit --workarounds`` may add) are skipped: only a ledger entry can be removed by editing the ledger."""
-    return [row for row in report["entries"] if row.get("kind", "entry") == "entry"]
+    """The report's ledger entries."""
+    return list(report["entries"])
 
 
-def proposal_from_report(entry: Mapping[str, Any], report: Mapping[str, Any]) -> Proposal:
-    """A report row (a ``removable`` one) as a proposal, with the stack versions it was re-run at."""
+def workaround_rows(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The report's registered workarounds (present when the audit ran with ``--workarounds``)."""
+    return list(report.get("workarounds") or [])
+
+
+def proposal_from_report(row: Mapping[str, Any], report: Mapping[str, Any]) -> Proposal:
+    """A report row (a ``removable`` entry or workaround) as a proposal, with the stack versions it was
+    re-run at."""
     pins = report["pins"]
+    workaround = "exports" in row
+    exports = tuple((str(e["model"]), str(e["mode"])) for e in row.get("exports", ()))
     return Proposal(
-        id=entry["id"],
-        list_name=entry["list"],
-        models=tuple(entry["models"]),
-        backend=entry["backend"],
-        scope=entry["scope"],
-        upstream=entry["upstream"],
-        upstream_state=entry["upstream_state"].get("summary", UNKNOWN),
-        pins={name: pins.get(normalize_name(name)) for name in BACKEND_STACK[entry["backend"]]},
-        reasons=tuple(entry.get("reasons", ())),
+        id=row["id"],
+        list_name=WORKAROUND_LIST if workaround else row["list"],
+        models=tuple(dict.fromkeys(m for m, _ in exports)) if workaround else tuple(row["models"]),
+        backend=row["backend"],
+        scope="all" if workaround else row["scope"],
+        upstream=row["upstream"],
+        upstream_state=row["upstream_state"].get("summary", UNKNOWN),
+        pins={name: pins.get(normalize_name(name)) for name in BACKEND_STACK[row["backend"]]},
+        reasons=tuple(row.get("reasons", ())),
         evidence=tuple(
             {k: e.get(k) for k in ("model", "mode", "run", "status", "max_abs_diff")}
-            for e in entry.get("evidence", ())
+            for e in row.get("evidence", ())
         ),
         audited_at=str(report.get("generated_at", "")),
         exporter_version=str(report.get("exporter_version", "")),
+        source=row.get("source") if workaround else None,
+        exports=exports,
+        removal=row.get("removal") if workaround else None,
     )
 
 
@@ -195,8 +231,12 @@ def select_proposals(
     closed: Sequence[tuple[int, Proposal]],
     runs_required: int,
     max_proposals: int = MAX_PROPOSALS,
+    base_sources: Mapping[str, str] | None = None,
 ) -> Selection:
-    """Which entries the rolling PR removes now.
+    """Which entries (and registered workarounds) the rolling PR removes now.
+
+    ``base_sources`` maps repository paths to the base branch's text of the files defining the report's
+    removable workarounds; a workaround is proposed only while its ``def`` is still there.
 
     * ``removable`` in the report → proposed. An entry the open PR already proposes keeps its earlier
       evidence when upstream state and pins are unchanged and that evidence was complete, so a daily
@@ -214,7 +254,7 @@ def select_proposals(
     earlier = {p.id: p for p in previous}
     candidates: dict[str, tuple[Proposal, str]] = {}
     notes: dict[str, str] = {}
-    rows = {row["id"]: row for row in ledger_rows(report)}
+    rows = {row["id"]: row for row in [*ledger_rows(report), *workaround_rows(report)]}
     for entry_id, row in rows.items():
         verdict, first_reason = row["verdict"], (row.get("reasons") or [""])[0]
         if verdict == REMOVABLE:
@@ -245,7 +285,19 @@ def select_proposals(
     for entry_id, (proposal, note) in candidates.items():
         entry = base_entries.get(entry_id)
         refused = next((n for n, p in closed if p.id == entry_id and p.basis == proposal.basis), None)
-        if entry is None:
+        if proposal.is_workaround:
+            text = (base_sources or {}).get(proposal.source or "", "")
+            if not re.search(rf"^def {re.escape(entry_id)}\(", text, re.MULTILINE):
+                notes[entry_id] = f"not defined in {proposal.source or 'an unknown file'} on the base branch"
+            elif refused is not None:
+                turned_down[entry_id] = refused
+                notes[entry_id] = (
+                    f"not proposed again: #{refused} was closed unmerged at this upstream state and these pins"
+                )
+            else:
+                chosen[entry_id] = proposal
+                notes[entry_id] = note
+        elif entry is None:
             notes[entry_id] = "not in the base branch's ledger"
         elif entry.models != proposal.models or entry.list_name != proposal.list_name:
             notes[entry_id] = "listed differently on the base branch than in the audit; audit again"
@@ -257,13 +309,15 @@ def select_proposals(
         else:
             chosen[entry_id] = proposal
             notes[entry_id] = note
-    # Entries already in the PR keep their place; new ones queue in ledger order behind the cap.
-    position = {e.id: n for n, e in enumerate(base_ledger.entries)}
+    # Entries already in the PR keep their place; new ones queue in ledger order (then workarounds by
+    # name) behind the cap.
+    position = {e.id: (0, str(n).zfill(6)) for n, e in enumerate(base_ledger.entries)}
+    position |= {i: (1, i) for i, p in chosen.items() if p.is_workaround}
     queue = sorted(chosen, key=lambda i: (i not in earlier, position[i]))
     for entry_id in queue[max_proposals:]:
         del chosen[entry_id]
         notes[entry_id] = f"waiting: the PR holds at most {max_proposals} entries; proposed once some merge"
-    ordered = tuple(chosen[e.id] for e in base_ledger.entries if e.id in chosen)
+    ordered = tuple(chosen[i] for i in sorted(chosen, key=position.__getitem__))
     order = [*rows, *(i for i in earlier if i not in rows)]  # report order, then entries it lacked
     return Selection(ordered, {i: notes[i] for i in order}, turned_down)
 
@@ -285,6 +339,34 @@ def shrink_changes(registry_dir: Path, entry_ids: Iterable[str]) -> dict[Path, s
                 shutil.copyfile(entry.path, copy)
             changed[entry.path] = remove_entry(copy, entry.id)
     return changed
+
+
+def workaround_changes(
+    base_sources: Mapping[str, str], proposals: Iterable[Proposal]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(repository path → new text of each source file, workaround id → why it is deleted by hand).
+
+    Deletes each proposed workaround from the base branch's text of its file (several from one file in
+    turn). One the audit already found not self-contained, or whose deletion is refused now, is not
+    touched: it is listed in the PR and the dashboard as ready to delete by hand, with the reason.
+    """
+    texts: dict[str, str] = {}
+    by_hand: dict[str, str] = {}
+    for proposal in proposals:
+        if not proposal.is_workaround:
+            continue
+        path = proposal.source or ""
+        current = texts.get(path, base_sources.get(path))
+        if proposal.removal:
+            by_hand[proposal.id] = proposal.removal
+        elif current is None:
+            by_hand[proposal.id] = f"{path or 'its source file'} is not on the base branch"
+        else:
+            try:
+                texts[path] = remove_workaround_text(current, proposal.id, path)
+            except NotSelfContained as refused:
+                by_hand[proposal.id] = str(refused)
+    return texts, by_hand
 
 
 def unified_diff(changes: Mapping[str, tuple[str, str]]) -> str:
@@ -335,8 +417,11 @@ def has_human_comment(comments: Iterable[str], sha: str) -> bool:
 
 # ── The PR ──
 def pr_title(proposals: Sequence[Proposal]) -> str:
-    count = len(proposals)
-    return f"exportbot: remove {count} workaround ledger entr{'y' if count == 1 else 'ies'}"
+    entries = sum(1 for p in proposals if not p.is_workaround)
+    workarounds = len(proposals) - entries
+    parts = [f"{entries} workaround ledger entr{'y' if entries == 1 else 'ies'}"] if entries else []
+    parts += [f"{workarounds} registered workaround{'' if workarounds == 1 else 's'}"] if workarounds else []
+    return f"exportbot: remove {' and '.join(parts) or 'nothing'}"
 
 
 def _cell(text: str) -> str:
@@ -349,30 +434,41 @@ def _versions(pins: Mapping[str, str | None]) -> str:
 
 def _evidence_rows(proposal: Proposal) -> list[str]:
     rows = []
-    for model in proposal.models:
-        for dynamic in scope_modes(proposal.scope):
-            mode = "dynamic" if dynamic else "static"
-            runs = [e for e in proposal.evidence if e.get("model") == model and e.get("mode") == mode]
-            passed = sum(1 for e in runs if e.get("status") == PASS)
-            diffs = ", ".join(
-                "—" if e.get("max_abs_diff") is None else f"{e['max_abs_diff']:.3g}" for e in runs
-            )
-            rows.append(f"| `{model}` | {mode} | {passed} of {len(runs)} | {diffs or '—'} |")
+    for model, mode in proposal.pairs():
+        runs = [e for e in proposal.evidence if e.get("model") == model and e.get("mode") == mode]
+        passed = sum(1 for e in runs if e.get("status") == PASS)
+        diffs = ", ".join("—" if e.get("max_abs_diff") is None else f"{e['max_abs_diff']:.3g}" for e in runs)
+        rows.append(f"| `{model}` | {mode} | {passed} of {len(runs)} | {diffs or '—'} |")
     return rows
 
 
-def _section(proposal: Proposal, runs_required: int) -> list[str]:
+def _what(proposal: Proposal, by_hand: Mapping[str, str]) -> list[str]:
+    """The section's first line: the ledger entry's models, or where the workaround goes (or why not)."""
+    if not proposal.is_workaround:
+        return [
+            f"- **Models:** {', '.join(f'`{m}`' for m in proposal.models)} ({proposal.list_name}, "
+            f"backend `{proposal.backend}`, scope `{proposal.scope}`)"
+        ]
+    where = f"`{proposal.source}`" if proposal.source else "its source file"
+    removal = (
+        f"- **Delete by hand** (this PR does not touch the code): {_cell(by_hand[proposal.id])}"
+        if proposal.id in by_hand
+        else f"- **Removal:** its function and registration are deleted from {where} in this PR"
+    )
+    return [f"- **Registered workaround** (backend `{proposal.backend}`) in {where}", removal]
+
+
+def _section(proposal: Proposal, runs_required: int, by_hand: Mapping[str, str]) -> list[str]:
+    leave_out = f"--without {proposal.id}" if proposal.is_workaround else "--ignore-ledger"
     commands = [
-        f"exportbot export {model} --backend {proposal.backend} --{'dynamic' if d else 'static'} --ignore-ledger"
-        for model in proposal.models
-        for d in scope_modes(proposal.scope)
+        f"exportbot export {model} --backend {proposal.backend} --{mode} {leave_out}"
+        for model, mode in proposal.pairs()
     ]
     shortfall = proposal.shortfall(runs_required)
     return [
         f"### `{proposal.id}`",
         "",
-        f"- **Models:** {', '.join(f'`{m}`' for m in proposal.models)} ({proposal.list_name}, "
-        f"backend `{proposal.backend}`, scope `{proposal.scope}`)",
+        *_what(proposal, by_hand),
         f"- **Upstream** ({proposal.upstream_state}): {proposal.upstream or 'none recorded'}",
         f"- **Re-run at:** {_versions(proposal.pins)}",
         f"- **Audit:** {proposal.audited_at or 'unknown'} (exporters {proposal.exporter_version or 'unknown'})",
@@ -394,13 +490,27 @@ def _section(proposal: Proposal, runs_required: int) -> list[str]:
     ]
 
 
-def pr_body(proposals: Sequence[Proposal], runs_required: int, branch: str) -> str:
-    """The PR description; the same proposals always give the same text (no timestamps of this run)."""
+def _list_cell(proposal: Proposal, by_hand: Mapping[str, str]) -> str:
+    if not proposal.is_workaround:
+        return proposal.list_name
+    return f"workaround ({'delete by hand' if proposal.id in by_hand else f'`{proposal.source}`'})"
+
+
+def pr_body(
+    proposals: Sequence[Proposal], runs_required: int, branch: str, by_hand: Mapping[str, str] | None = None
+) -> str:
+    """The PR description; the same proposals always give the same text (no timestamps of this run).
+    ``by_hand``: workaround id → why this PR lists it for deletion by hand instead of deleting it."""
+    by_hand = by_hand or {}
     incomplete = [p.id for p in proposals if p.shortfall(runs_required)]
+    removes = "their ledger entries" if all(not p.is_workaround for p in proposals) else (
+        "their ledger entries and the code of the registered workarounds (those that cannot be deleted "
+        "on their own are listed as ready to delete by hand)"
+    )
     lines = [
         PR_MARKER,
         "exportbot re-ran the exports below **without** their workaround, at the pinned versions; every "
-        "run passed and matched the eager model. This PR removes their ledger entries.",
+        f"run passed and matched the eager model. This PR removes {removes}.",
         "",
     ]
     if incomplete:
@@ -412,11 +522,12 @@ def pr_body(proposals: Sequence[Proposal], runs_required: int, branch: str) -> s
         ]
     lines += ["| entry | list | models | upstream |", "| --- | --- | --- | --- |"]
     lines += [
-        f"| `{p.id}` | {p.list_name} | {_cell(', '.join(p.models))} | {p.upstream_state} |" for p in proposals
+        f"| `{p.id}` | {_list_cell(p, by_hand)} | {_cell(', '.join(p.models))} | {p.upstream_state} |"
+        for p in proposals
     ]
     lines.append("")
     for proposal in proposals:
-        lines += _section(proposal, runs_required)
+        lines += _section(proposal, runs_required, by_hand)
     lines += [
         "---",
         f"Maintained by exportbot on `{branch}`: it rewrites this description and adds commits while it is "
@@ -494,15 +605,25 @@ def dashboard_body(
     ledger: Ledger,
     verification: Mapping[str, Verification],
     pr_links: Mapping[str, str],
+    by_hand: Mapping[str, str] | None = None,
 ) -> str:
     """The dashboard issue: every audited entry, what upstream says, when it was last re-run, the verdict
-    and the shrink PR; above the table, what needs a human (reverse direction, changed, human)."""
+    and the shrink PR; above the table, what needs a human (reverse direction, changed, human, and
+    removable workarounds that must be deleted by hand). ``by_hand``: workaround id → why."""
+    by_hand = by_hand or {}
     flags = reverse_flags(report, ledger, verification)
+    workarounds = workaround_rows(report)
     attention = [f"- `{entry_id}`: {text}" for entry_id, text in flags.items()]
     attention += [
         f"- `{row['id']}`: {row['verdict']}: {_cell((row.get('reasons') or [''])[0])}"
-        for row in ledger_rows(report)
+        for row in [*ledger_rows(report), *workarounds]
         if row["verdict"] in ("changed", "human")
+    ]
+    attention += [
+        f"- `{row['id']}`: removable, ready to delete by hand ({_cell(by_hand[row['id']])}); evidence: "
+        f"{_cell('; '.join(row.get('reasons') or ['see the audit report']))}"
+        for row in workarounds
+        if row["id"] in by_hand
     ]
     partial = " (partial: rate limited)" if report.get("partial") else ""
     lines = [
@@ -527,5 +648,21 @@ def dashboard_body(
             f"| `{row['id']}` | {_cell(', '.join(row['models']))} | {upstream} | "
             f"{_last_verification(row, report, verification.get(row['id']))} | {verdict} | "
             f"{pr_links.get(row['id'], '—')} |"
+        )
+    if workarounds:
+        lines += [
+            "",
+            "## Registered workarounds",
+            "",
+            "| workaround | backend | upstream | probed on | verdict | shrink PR |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+    for row in workarounds:
+        state = row["upstream_state"].get("summary", UNKNOWN)
+        upstream = f"[{state}]({row['upstream']})" if row["upstream"] else state
+        probes = ", ".join(f"{e['model']} ({e['mode']})" for e in row["exports"]) or "no export hit it"
+        link = pr_links.get(row["id"]) or ("delete by hand" if row["id"] in by_hand else "—")
+        lines.append(
+            f"| `{row['id']}` | {row['backend']} | {upstream} | {_cell(probes)} | {row['verdict']} | {link} |"
         )
     return "\n".join(lines) + "\n"

@@ -31,10 +31,10 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 import click
@@ -70,8 +70,11 @@ from bot.prwriter import (
     select_proposals,
     shrink_changes,
     unified_diff,
+    workaround_changes,
+    workaround_rows,
 )
 from bot.tracker import DEFAULT_API, _rate_limit_wait, _token_from_env
+from bot.verdict import REMOVABLE
 from bot.verification import VERIFIED_FILE, load_verification
 from exporters.ledger import LIST_FILES, Ledger, load_ledger
 
@@ -108,13 +111,15 @@ class Tip:
     sha: str
     is_bot: bool
     recorded_base: str | None
-    blobs: Mapping[str, str]  # repository path → blob SHA, ledger files only (read for bot tips only)
+    blobs: Mapping[str, str]  # repository path → blob SHA of the files a PR may change (bot tips only)
 
 
 @dataclass(frozen=True)
 class RepoState:
     base_sha: str
-    base_files: Mapping[str, str]  # repository path → text of the ledger files on the base branch
+    # repository path → text on the base branch of the files a PR may change: the ledger files and the
+    # source files of the workarounds the report or the open PR proposes
+    base_files: Mapping[str, str]
     verified_text: str | None  # <registry>/verified.toml on the base branch (read for the dashboard)
     tip: Tip | None  # None: the head branch does not exist
     open_pull: PullInfo | None
@@ -146,6 +151,7 @@ class ShrinkPlan:
     comment: str | None = None
     blocked: str | None = None
     pull_number: int | None = None
+    by_hand: dict[str, str] = field(default_factory=dict)  # removable workaround → why not deleted here
 
     @property
     def message(self) -> str:
@@ -158,7 +164,7 @@ class ShrinkPlan:
             steps.append(f"comment on #{self.pull_number} about the commit exportbot did not make")
         if self.parents:
             how = "reset" if self.force else "create" if self.create_branch else "move"
-            steps.append(f"commit the ledger edits (parents {', '.join(p[:12] for p in self.parents)}); "
+            steps.append(f"commit the removals (parents {', '.join(p[:12] for p in self.parents)}); "
                          f"{how} branch {self.branch}")  # fmt: skip
         if self.open_pull:
             steps.append(f"open a{' draft' if self.draft else ''} PR {self.branch} → {self.base_branch}")
@@ -180,16 +186,24 @@ def plan_shrink(
     """The plan for this report and repository state; ``base_dir`` holds the base's ledger files."""
     pull = state.open_pull
     previous = parse_pr_body(pull.body) if pull else []
-    selection = select_proposals(report, ledger, previous, state.closed, config.runs)
+    selection = select_proposals(
+        report, ledger, previous, state.closed, config.runs, base_sources=state.base_files
+    )
+    sources, by_hand = workaround_changes(state.base_files, selection.proposals)
+    if all(p.id in by_hand for p in selection.proposals):  # nothing to commit: the dashboard lists them
+        notes = selection.notes | {i: "removable; delete by hand (not self-contained)" for i in by_hand}
+        selection = dataclasses.replace(selection, proposals=(), notes=notes)
     proposals = selection.proposals
+    ledger_ids = [p.id for p in proposals if not p.is_workaround]
     changes = {
         _repo_path(config, path.name): (state.base_files.get(_repo_path(config, path.name), ""), text)
-        for path, text in shrink_changes(base_dir, [p.id for p in proposals]).items()
-    }
+        for path, text in shrink_changes(base_dir, ledger_ids).items()
+    } | {path: (state.base_files[path], text) for path, text in sources.items()}
     plan = ShrinkPlan(
-        selection, changes, pr_title(proposals), pr_body(proposals, config.runs, config.branch),
+        selection, changes, pr_title(proposals), pr_body(proposals, config.runs, config.branch, by_hand),
         draft=any(p.shortfall(config.runs) for p in proposals), branch=config.branch,
         base_branch=config.base_branch, base_sha=state.base_sha, pull_number=pull.number if pull else None,
+        by_hand=by_hand,
     )  # fmt: skip
     tip = state.tip
     if tip is not None and not tip.is_bot and tip.sha != state.base_sha and not recreate:
@@ -312,22 +326,25 @@ class _Session:
             f"read branch {branch}", lambda: self.repo.get_git_ref(f"heads/{branch}"), missing_ok=True
         )
 
-    def _ledger_blobs(self, ref: str) -> dict[str, str]:
-        """Repository path → blob SHA of the ledger files at ``ref``: one request, no file contents."""
-        directory = self.config.registry.strip("/")
-        listing = self._call(
-            f"list {directory}", lambda: self.repo.get_contents(directory, ref=ref), missing_ok=True
-        )
-        names = set(LIST_FILES.values())
-        found = listing if isinstance(listing, list) else []
-        return {_repo_path(self.config, c.name): c.sha for c in found if c.name in names}
+    def _blobs(self, ref: str, paths: Collection[str]) -> dict[str, str]:
+        """Repository path → blob SHA of ``paths`` at ``ref``: one listing per folder, no file contents."""
+        blobs = {}
+        for directory in sorted({str(PurePosixPath(path).parent) for path in paths}):
+            listing = self._call(
+                f"list {directory}", lambda d=directory: self.repo.get_contents(d, ref=ref), missing_ok=True
+            )
+            found = listing if isinstance(listing, list) else []
+            blobs |= {c.path: c.sha for c in found if c.path in paths}
+        return blobs
 
     def _commit(self, sha: str) -> GitCommit:
         if sha not in self._commits:
             self._commits[sha] = self._must(f"read commit {sha[:12]}", lambda: self.repo.get_git_commit(sha))
         return self._commits[sha]
 
-    def read_state(self) -> RepoState:
+    def read_state(self, source_paths: Collection[str] = ()) -> RepoState:
+        """Everything a plan needs; ``source_paths`` are the files of the workarounds the report found
+        removable (the open PR's own workaround files are added once its body is read)."""
         config = self.config
         name = config.repository or ""
         self.repo = self._must(f"read repository {name}", lambda: self.github.get_repo(name))
@@ -360,6 +377,12 @@ class _Session:
             if p.state == "closed" and p.merged_at is None
             for proposal in parse_pr_body(p.body)
         )
+        proposed = parse_pr_body(open_pull.body) if open_pull else []
+        sources = set(source_paths) | {p.source for p in proposed if p.is_workaround and p.source}
+        for path in sorted(sources - set(base_files)):
+            text = self._text(path, base_sha)
+            if text is not None:
+                base_files[path] = text
 
         ref = self._ref(config.branch)
         tip, comments = None, ()
@@ -368,7 +391,7 @@ class _Session:
             is_bot, recorded = read_trailers(self._commit(sha).message)
             blobs: dict[str, str] = {}
             if is_bot or sha == base_sha:
-                blobs = self._ledger_blobs(sha)
+                blobs = self._blobs(sha, set(base_files))
             elif self._pull is not None:
                 pull = self._pull
                 comments = tuple(
@@ -468,7 +491,9 @@ def open_or_update_pr(
     """
     report = check_report(report)
     session = _Session(github, config, sleep, max_wait)
-    state = session.read_state()
+    state = session.read_state(
+        {row["source"] for row in workaround_rows(report) if row["verdict"] == REMOVABLE and row.get("source")}
+    )
     with tempfile.TemporaryDirectory(prefix="exportbot-base-") as scratch:
         base_dir = Path(scratch)
         for name in LIST_FILES.values():
@@ -487,7 +512,7 @@ def open_or_update_pr(
     if config.dashboard:
         links = {p.id: outcome.pr_url or "(dry run: not opened)" for p in plan.selection.proposals}
         links |= {i: f"#{n} closed unmerged" for i, n in plan.selection.turned_down.items()}
-        outcome.dashboard = dashboard_body(report, ledger, verification, links)
+        outcome.dashboard = dashboard_body(report, ledger, verification, links, plan.by_hand)
         outcome.dashboard_step = session.dashboard(outcome.dashboard, apply)
     return outcome
 

@@ -19,7 +19,6 @@ the I/O. ``workarounds_group`` is wired into ``bot.cli`` as ``exportbot workarou
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -305,7 +304,7 @@ def remove_command(name: str, dry_run: bool) -> None:
     Refuses (exit 1, saying where) when it is not self-contained: referenced anywhere else in its module
     or by name in another Python file of this repository (exporters/, bot/, tests/).
     """
-    from bot.workaround_removal import NotSelfContained, remove_workaround_source
+    from bot.workaround_removal import NotSelfContained, defining_file, other_files, remove_workaround_source
     from exporters import load_all_workarounds
     from exporters.utils import all_workarounds
 
@@ -313,13 +312,9 @@ def remove_command(name: str, dry_run: bool) -> None:
     workaround = next((w for w in all_workarounds() if w.name == name), None)
     if workaround is None:
         raise UsageProblem(f"no workaround named {name!r}; see `exportbot list-workarounds`")
-    source = Path(inspect.getsourcefile(workaround.func) or "")
-    root = Path(__file__).resolve().parents[1]
-    elsewhere = [
-        p for d in ("exporters", "bot", "tests") for p in sorted((root / d).rglob("*.py")) if p != source
-    ]
+    source = defining_file(workaround.func)
     try:
-        remove_workaround_source(source, name, elsewhere=elsewhere, write=not dry_run)
+        remove_workaround_source(source, name, elsewhere=other_files(source), write=not dry_run)
     except NotSelfContained as error:
         Console(stderr=True).print(f"[red]not removable from source[/red]: {error}")
         raise SystemExit(EXIT_FAILED) from None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import inspect
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SEARCHED_FOLDERS = ("exporters", "bot", "tests")  # where another mention of a workaround's name blocks removal
 REGISTRATION_PREFIXES = ("register_", "_register_")
 REGISTRATION_FUNCTIONS = ("announce_workaround",)
 
@@ -173,3 +176,24 @@ def remove_workaround_source(
     if write:
         path.write_bytes(edited.encode("utf-8"))
     return edited
+
+
+def defining_file(func: object) -> Path:
+    """The source file of a workaround's function (what :func:`remove_workaround_source` edits)."""
+    return Path(inspect.getsourcefile(func) or "").resolve()  # type: ignore[arg-type]
+
+
+def other_files(source: Path, root: Path = REPO_ROOT) -> list[Path]:
+    """The repository's Python files other than ``source`` that must not mention a deleted workaround."""
+    return [p for d in SEARCHED_FOLDERS for p in sorted((root / d).rglob("*.py")) if p != source]
+
+
+def removal_blocker(func: object, name: str, root: Path = REPO_ROOT) -> str | None:
+    """Why workaround ``name`` (its function ``func``) cannot be deleted on its own; None when it can.
+    Reads only: the audit records this beside a ``removable`` verdict for the shrink PR."""
+    source = defining_file(func)
+    try:
+        remove_workaround_source(source, name, elsewhere=other_files(source, root), write=False)
+    except NotSelfContained as refused:
+        return str(refused)
+    return None

@@ -26,7 +26,6 @@ from bot.config import BotConfig, ConfigError, load_config, parse_config
 from bot.prwriter import (
     ReportError,
     check_report,
-    ledger_rows,
     parse_pr_body,
     pr_body,
     proposal_from_report,
@@ -41,6 +40,7 @@ TOKEN = "ghp_FAKE0123456789abcdefTOKENdoNOTleak"
 REPO = "acme/exportbot"
 BRANCH = "exportbot/shrink"
 SKIPS, OPTIMIZE = "registry/export_skips.toml", "registry/onnx_disable_optimize.toml"
+SOURCE = "exporters/exporter_onnx.py"
 CONFIG = BotConfig(repository=REPO)
 
 T5_BLOCK = """\
@@ -87,6 +87,30 @@ model_change = "Pad global attention to a static maximum."
 failure = 'GuardOnDataDependentSymNode'
 added = 2026-11-03
 """
+GONE_BLOCK = """\
+@register_fx_node_fix("onnx", upstream="https://github.com/pytorch/pytorch/issues/11")
+def _fix_gone(graph):
+    \"\"\"Fixed upstream in the meantime.\"\"\"
+    return graph
+
+
+"""
+SOURCE_TEXT = f"""\
+\"\"\"ONNX workarounds.\"\"\"
+
+from exporters.utils import register_fx_node_fix
+
+
+# ── Stage 3: FX node fixes ──
+{GONE_BLOCK}@register_fx_node_fix("onnx", upstream="https://github.com/pytorch/pytorch/issues/12")
+def _fix_shared(graph):
+    \"\"\"Also called by a neighbour, so it cannot go on its own.\"\"\"
+    return graph
+
+
+def neighbour(graph):
+    return _fix_shared(graph)
+"""
 PINS = {"torch": "2.13.0", "transformers": "5.23.0", "onnx": "1.23.2", "onnxscript": "0.7.2",
         "onnxruntime": "1.32.0", "executorch": "1.5.1", "torchao": "0.18.0"}  # fmt: skip
 ENTRIES = {
@@ -123,6 +147,24 @@ def report(verdicts: dict[str, str], *, states: dict[str, str] | None = None, pi
             "counts": {}, "exit_code": 3, "entries": rows}  # fmt: skip
 
 
+def with_workarounds(data: dict[str, Any], verdicts: dict[str, str]) -> dict[str, Any]:
+    """``data`` plus ``audit --workarounds`` rows for the two workarounds of SOURCE_TEXT."""
+    rows = []
+    for name, verdict in verdicts.items():
+        status = "pass" if verdict == "removable" else "failed"
+        rows.append({
+            "id": name, "kind": "fx_node_fix", "backend": "onnx", "source": SOURCE,
+            "removal": "used elsewhere in the module: line 18 (_fix_shared)" if name == "_fix_shared" else None,
+            "exports": [{"model": "BartModel", "backend": "onnx", "mode": "static"}],
+            "upstream": f"https://github.com/pytorch/pytorch/issues/{11 if name == '_fix_gone' else 12}",
+            "dependency": "torch", "upstream_state": {"summary": "closed:completed"}, "due": True,
+            "due_reasons": [], "moved_pins": {}, "verdict": verdict, "reasons": [f"{verdict} in the test"],
+            "evidence": [{"model": "BartModel", "mode": "static", "run": run, "status": status,
+                          "max_abs_diff": 3e-06 if status == "pass" else None} for run in (1, 2)],
+        })  # fmt: skip
+    return data | {"workarounds": rows}
+
+
 def client(server: FakeGitHub) -> Github:
     return Github(base_url=server.url, auth=Auth.Token(TOKEN), retry=None, seconds_between_requests=0,
                   seconds_between_writes=0)  # fmt: skip
@@ -153,7 +195,8 @@ def only_removed(old: str, new: str, *blocks: str) -> bool:
 @pytest.fixture(name="server")
 def server_fixture(fake_github: FakeGitHub) -> FakeGitHub:
     fake_github.add_repo(
-        REPO, files={OPTIMIZE: OPTIMIZE_TEXT, SKIPS: SKIPS_TEXT, "README.md": "# exportbot\n"}
+        REPO,
+        files={OPTIMIZE: OPTIMIZE_TEXT, SKIPS: SKIPS_TEXT, SOURCE: SOURCE_TEXT, "README.md": "# exportbot\n"},
     )
     return fake_github
 
@@ -198,8 +241,9 @@ def test_body_round_trips_and_edits_only_touch_copies(tmp_path: Path) -> None:
     assert "https://github.com/microsoft/onnxscript/issues/123" in body and "onnxscript 0.7.2" in body
     assert "| `T5ForConditionalGeneration` | static | 2 of 2 | 2.1e-06, 2.1e-06 |" in body
     assert parse_pr_body("<!-- exportbot:entry {not json} -->") == []
-    probe = {"id": "onnx.cast-fix", "kind": "workaround", "verdict": "removable"}  # not a ledger entry
-    assert ledger_rows(check_report({**data, "entries": [*data["entries"], probe]})) == data["entries"]
+    probe = {"id": "_fix_gone", "kind": "fx_node_fix", "verdict": "removable"}  # lacks backend, exports...
+    with pytest.raises(ReportError, match="workaround '_fix_gone' lacks backend, exports"):
+        check_report({**data, "workarounds": [probe]})
     with pytest.raises(ReportError, match="schema 1"):
         check_report({"schema": 2, "entries": []})
 
@@ -433,3 +477,52 @@ def test_dashboard_is_created_once_and_edited_in_place(server: FakeGitHub) -> No
     assert writes(server) == before + 1
     issues = client(server).get_repo(REPO).get_issues(state="all")
     assert [i.number for i in issues if i.title == config.dashboard_title] == [2]
+
+
+# ---- registered workarounds (audit --workarounds) ---------------------------------------------------
+
+
+def test_removable_workaround_is_deleted_from_its_source_and_one_in_use_is_listed_by_hand(
+    server: FakeGitHub,
+) -> None:
+    config = BotConfig(repository=REPO, dashboard=True)
+    data = with_workarounds(report({}), {"_fix_gone": "removable", "_fix_shared": "removable"})
+    outcome = run(server, data, config)
+    [pull] = pulls(server)
+    assert pull.title == "exportbot: remove 2 registered workarounds"
+    assert only_removed(SOURCE_TEXT, server.read_file(REPO, BRANCH, SOURCE) or "", GONE_BLOCK)
+    assert server.read_file(REPO, BRANCH, OPTIMIZE) == OPTIMIZE_TEXT
+    assert list(outcome.plan.changes) == [SOURCE] and set(outcome.plan.by_hand) == {"_fix_shared"}
+    body = pull.body or ""
+    assert "deleted from `exporters/exporter_onnx.py` in this PR" in body
+    assert "**Delete by hand** (this PR does not touch the code): used elsewhere" in body
+    assert "exportbot export BartModel --backend onnx --static --without _fix_gone" in body
+    assert "| `BartModel` | static | 2 of 2 | 3e-06, 3e-06 |" in body
+    proposed = parse_pr_body(body)
+    assert [(p.id, p.source, p.exports) for p in proposed] == [
+        ("_fix_gone", SOURCE, (("BartModel", "static"),)),
+        ("_fix_shared", SOURCE, (("BartModel", "static"),)),
+    ]
+    dashboard = client(server).get_repo(REPO).get_issue(2).body or ""
+    assert "## Registered workarounds" in dashboard and "`_fix_shared`: removable, ready to delete by hand" in dashboard
+    assert f"| `_fix_gone` | onnx | [closed:completed](https://github.com/pytorch/pytorch/issues/11) | BartModel (static) | removable | {pull.html_url} |" in dashboard
+
+    sha, before = server.branch_sha(REPO, BRANCH), writes(server)
+    for _ in range(3):  # the source file's blob on the branch is compared too: nothing to write again
+        assert run(server, data, config).plan.steps() == []
+    assert (writes(server), server.branch_sha(REPO, BRANCH)) == (before, sha)
+
+    # The next audit finds nothing new (not-due): the PR keeps both, from its own hidden blocks.
+    quiet = with_workarounds(report({}), {"_fix_gone": "not-due", "_fix_shared": "not-due"})
+    assert run(server, quiet, config).plan.steps() == []
+
+
+def test_workarounds_that_can_only_go_by_hand_open_no_pr_but_reach_the_dashboard(server: FakeGitHub) -> None:
+    config = BotConfig(repository=REPO, dashboard=True)
+    data = with_workarounds(report({}), {"_fix_shared": "removable", "_fix_gone": "still-needed"})
+    outcome = run(server, data, config)
+    assert pulls(server) == [] and server.branch_sha(REPO, BRANCH) is None
+    assert outcome.plan.selection.notes["_fix_shared"] == "removable; delete by hand (not self-contained)"
+    dashboard = client(server).get_repo(REPO).get_issue(1).body or ""
+    assert "- `_fix_shared`: removable, ready to delete by hand (used elsewhere" in dashboard
+    assert "| `_fix_gone` | onnx |" in dashboard and "| still-needed | — |" in dashboard
