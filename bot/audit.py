@@ -18,10 +18,16 @@ workaround records no failure regex: any failure without it means still needed, 
 Its rows go to ``workarounds`` in the JSON report (``entries`` stays ledger-only, so a consumer that
 edits the ledger never sees them) and its verifications to ``registry/verified-workarounds.toml``.
 
+With ``--candidate PKG==VER`` the re-runs happen in an isolated environment holding that release, and
+a sample of exports that pass at the pins is re-run there too (bot.candidate): the report says what the
+release would make removable and what it would break.
+
 Exit codes: 0 nothing removable and nothing needs attention (``not-due``, ``still-needed``,
 ``unknown`` only); 3 some entry is removable; 4 some entry is ``changed`` or needs a ``human`` (this
-wins over 3: a human should look before a removal is proposed from the same run); 1 errors (bad
-ledger, pins, verification file or snapshot; export harness crash); 2 bad options.
+wins over 3: a human should look before a removal is proposed from the same run); 5 the candidate
+breaks an export that passes at the pins (wins over 3 and 4); 1 errors (bad ledger, pins,
+verification file or snapshot; export harness crash; a candidate that cannot be installed); 2 bad
+options.
 """
 
 from __future__ import annotations
@@ -39,6 +45,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from bot.candidate import (
+    DEFAULT_RESULTS,
+    DEFAULT_SAMPLE,
+    CandidateCheck,
+    describe_row,
+    prepare_environment,
+    run_candidate_check,
+)
 from bot.errors import EXIT_FAILED, UsageProblem, report_errors
 from bot.options import (
     github_url_option,
@@ -47,6 +61,7 @@ from bot.options import (
     probes_option,
     registry_option,
     token_env_option,
+    venv_cache_option,
 )
 from bot.pins import find_pin_file, read_pins
 from bot.plan import Plan, Subject, describe_state, entry_subject, parse_candidate, plan_entry
@@ -59,6 +74,7 @@ from bot.tracker import (
     UpstreamTracker,
     write_snapshot,
 )
+from bot.venvs import DEFAULT_CACHE
 from bot.verdict import CHANGED, HUMAN, REMOVABLE, RERUN_VERDICTS, UNKNOWN, VERDICTS, Verdict, verdict
 from bot.verification import (
     WORKAROUNDS_VERIFIED_FILE,
@@ -82,6 +98,7 @@ REPORT_SCHEMA = 1
 EXIT_NOTHING = 0
 EXIT_REMOVABLE = 3
 EXIT_ATTENTION = 4
+EXIT_REGRESSION = 5
 
 
 @dataclass(frozen=True)
@@ -170,6 +187,7 @@ class AuditReport:
     candidate: str | None = None
     rate_limited_until: str | None = None
     workarounds: list[WorkaroundReport] = field(default_factory=list)
+    candidate_check: CandidateCheck | None = None
     generated_at: str = field(
         default_factory=lambda: datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     )
@@ -188,6 +206,8 @@ class AuditReport:
     def exit_code(self) -> int:
         """From the ledger entries and the workarounds together."""
         counts = Counter(self.counts()) + Counter(self.workaround_counts())
+        if self.candidate_check is not None and self.candidate_check.regressions:
+            return EXIT_REGRESSION
         if counts[CHANGED] or counts[HUMAN]:
             return EXIT_ATTENTION
         return EXIT_REMOVABLE if counts[REMOVABLE] else EXIT_NOTHING
@@ -207,7 +227,16 @@ class AuditReport:
             "entries": [e.as_dict() for e in self.entries],
             "workaround_counts": self.workaround_counts(),
             "workarounds": [w.as_dict() for w in self.workarounds],
+            "candidate_check": self.candidate_check.as_dict() if self.candidate_check else None,
         }
+
+    def candidate_removable(self) -> list[str]:
+        """Entries and workarounds removable when re-run at the candidate."""
+        return [
+            row.verdict.entry_id
+            for row in [*self.entries, *self.workarounds]
+            if row.plan is not None and row.plan.candidate and row.verdict.verdict == REMOVABLE
+        ]
 
 
 def _count(rows: Sequence[EntryReport | WorkaroundReport]) -> dict[str, int]:
@@ -393,7 +422,33 @@ def render_markdown(report: AuditReport) -> str:
                 f"| `{w.workaround.name}` | {cell(_probes_text(w))} | {link(w, w.workaround.upstream)} | "
                 f"{cell(_due_text(w))} | {cell(verdict_text(w))} |"
             )
+    check = report.candidate_check
+    if check is not None:
+        removable = ", ".join(f"`{i}`" for i in check.removable) or "nothing"
+        lines += [
+            "",
+            f"### Candidate {check.environment.spec}",
+            "",
+            f"Removable once the pin moves: {removable}. Exports that pass at the pins, re-run with the "
+            f"candidate: {len(check.rows)}, regressions: **{len(check.regressions)}**.",
+            "",
+            "| model | backend | mode | with the candidate |",
+            "| --- | --- | --- | --- |",
+            *(
+                f"| {r.export.model} | {r.export.backend} | {r.export.mode} | {cell(describe_row(r))} |"
+                for r in check.rows
+            ),
+        ]
     return "\n".join(lines) + "\n"
+
+
+def render_candidate_table(check: CandidateCheck) -> Table:
+    table = Table(title=f"candidate {check.environment.spec}: exports that pass at the pins, re-run with it")
+    for column in ("model", "backend / mode", "result", "detail"):
+        table.add_column(column, overflow="fold")
+    for row in check.rows:
+        table.add_row(row.export.model, f"{row.export.backend}/{row.export.mode}", row.result, describe_row(row))
+    return table
 
 
 # ── Command ──
@@ -447,7 +502,24 @@ def _make_tracker(
     "--candidate",
     default=None,
     metavar="PKG==VER",
-    help="Treat entries whose stack has PKG as due and record the candidate in the report.",
+    help="Try an unpinned release: re-run the entries and workarounds whose stack has PKG in an isolated "
+    "environment with PKG==VER, and re-run a sample of exports that pass at the pins to catch regressions.",
+)
+@venv_cache_option
+@click.option(
+    "--regression-results",
+    "regression_files",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    multiple=True,
+    help="Sweep results to draw the --candidate regression sample from (repeatable) "
+    "[default: sweeps/*.jsonl].",
+)
+@click.option(
+    "--regression-sample",
+    type=click.IntRange(0),
+    default=DEFAULT_SAMPLE,
+    show_default=True,
+    help="Exports that passed at the pins to re-run with --candidate (0: none).",
 )
 @click.option(
     "--runs",
@@ -499,7 +571,8 @@ def _make_tracker(
 def audit_command(
     registry_dir: Path | None, pin_file: Path | None, tracker_file: Path | None, github_url: str | None,
     web_host: str | None, token_env: str | None, force_all: bool, entry_ids: tuple[str, ...],
-    with_workarounds: bool, index_file: Path, probes: int, candidate: str | None, runs: int, timeout: float,
+    with_workarounds: bool, index_file: Path, probes: int, candidate: str | None, cache_dir: Path | None,
+    regression_files: tuple[Path, ...], regression_sample: int, runs: int, timeout: float,
     json_file: Path | None, markdown_file: Path | None, update_verification: bool, snapshot_file: Path | None,
     open_prs: bool,
 ) -> None:  # fmt: skip
@@ -514,6 +587,9 @@ def audit_command(
             parse_candidate(candidate)
         except ValueError as error:
             raise UsageProblem(str(error)) from None
+        if update_verification or open_prs:
+            flag = "--update-verification" if update_verification else "--open-prs"
+            raise UsageProblem(f"{flag} cannot go with --candidate: the candidate is not pinned yet")
     ledger = load_ledger(registry_dir)
     workarounds = _workaround_subjects(index_file, probes, entry_ids) if with_workarounds else []
     known = {e.id for e in ledger.entries} | {w.name for w, _ in workarounds}
@@ -521,25 +597,49 @@ def audit_command(
     if unknown_ids:
         also = " or registered workaround" if with_workarounds else " (a workaround name needs --workarounds)"
         raise UsageProblem(f"no ledger entry{also} {', '.join(map(repr, unknown_ids))} in {registry_dir}")
-    pins = read_pins(pin_file or find_pin_file(registry_dir))
+    pin_path = pin_file or find_pin_file(registry_dir)
+    pins = read_pins(pin_path)
     verification = load_verification(registry_dir)
     previous = snapshot_file if snapshot_file is not None and snapshot_file.is_file() else None
     try:
         tracker = _make_tracker(tracker_file, github_url, token_env, web_host, previous)
     except SnapshotError as error:
         raise UsageProblem(str(error)) from None
+    run_export, probe_runner = subprocess_runner(timeout), lambda name: subprocess_runner(timeout, without=(name,))
+    environment = None
+    if candidate is not None:
+        click.echo(f"preparing an isolated environment with {candidate} ...", err=True)
+        environment = prepare_environment(
+            candidate, pin_path.read_text(encoding="utf-8"), pins, cache_dir or DEFAULT_CACHE
+        )
+        if environment.python is None:
+            click.echo(f"error: candidate {candidate} {environment.problem}", err=True)
+            raise SystemExit(EXIT_FAILED)
+        env = environment
+        run_export, probe_runner = env.runner(timeout), lambda name: env.runner(timeout, without=(name,))
     report = run_audit(
-        ledger, tracker, pins, verification, subprocess_runner(timeout),
+        ledger, tracker, pins, verification, run_export,
         entry_ids=entry_ids, force_all=force_all, candidate=candidate, runs=runs, workarounds=workarounds,
         workaround_verification=load_verification(registry_dir, WORKAROUNDS_VERIFIED_FILE),
-        probe_runner=lambda name: subprocess_runner(timeout, without=(name,)),
+        probe_runner=probe_runner,
     )  # fmt: skip
+    if environment is not None:
+        report.candidate_check = run_candidate_check(
+            environment, report.candidate_removable(), regression_files or DEFAULT_RESULTS, pins,
+            regression_sample, timeout,
+            progress=lambda e: click.echo(f"regression check: {e.model} {e.backend}/{e.mode}", err=True),
+        )  # fmt: skip
 
     Console().print(render_table(report))
     if with_workarounds:
         Console().print(render_workaround_table(report))
-    if candidate is not None:
-        click.echo(f"note: candidate {candidate} is recorded only; re-runs used the pinned versions.")
+    if report.candidate_check is not None:
+        Console().print(render_candidate_table(report.candidate_check))
+        check = report.candidate_check
+        click.echo(
+            f"candidate {candidate}: removable once pinned: {', '.join(check.removable) or 'nothing'}; "
+            f"regressions: {len(check.regressions)} of {len(check.rows)} sampled exports"
+        )
     if json_file is not None:
         json_file.write_text(json.dumps(report.as_dict(), indent=2) + "\n", encoding="utf-8")
     markdown = render_markdown(report)

@@ -14,14 +14,10 @@ How it works:
   cannot be installed together with the other pins is reported and skipped, never counted as a failure;
   the nearest untried version in the open range is probed instead. When skipped versions lie between the
   last failing and the first passing one, the fix may be in any of them: the result lists them.
-* **Isolation.** Each candidate gets its own virtual environment, ``.exportbot-cache/venvs/PKG-VER``,
-  built with ``python -m venv`` and ``pip install -c <constraints.txt with PKG==VER> <the project's
-  dependencies>``: every other package stays at its pin, and nothing leaks in from the development
-  environment. This repository's code runs there through ``PYTHONPATH`` (it is not installed). The
-  constraints and requirements used are stored in the environment, which is reused while they match.
-  Cost: a full stack per version (torch, transformers, ONNX, ExecuTorch: a few GB of disk and minutes of
-  install each, less when pip's wheel cache already holds the wheels), about log2(n) + 1 of them for n
-  candidates.
+* **Isolation.** Each candidate gets its own fresh virtual environment, ``.exportbot-cache/venvs/PKG-VER``
+  (bot.venvs): every other package stays at its pin, and nothing leaks in from the development
+  environment. Cost: a full stack per version (a few GB of disk and minutes of install each, less when
+  pip's wheel cache already holds the wheels), about log2(n) + 1 of them for n candidates.
 * **Probe.** The target's exports (a ledger entry's models × modes with ``--ignore-ledger``; a
   workaround's probes from the workaround index with ``--without NAME``) run once each in that
   environment, as ``exportbot audit`` runs them; every export must pass for the version to pass.
@@ -33,11 +29,8 @@ for a workaround it is reported, for its removal PR to cite.
 from __future__ import annotations
 
 import json
-import re
-import shutil
 import subprocess
 import sys
-import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,11 +43,21 @@ from rich.markup import escape
 from rich.table import Table
 
 from bot.errors import UsageProblem, report_errors
-from bot.options import index_option, pins_option, probes_option, registry_option
+from bot.options import index_option, pins_option, probes_option, registry_option, venv_cache_option
 from bot.pins import PinFileError, find_pin_file, normalize_name, read_pins
 from bot.plan import WORKAROUND, Subject, entry_subject
 from bot.rerun import DEFAULT_TIMEOUT, RunExport, subprocess_runner
 from bot.runner import PASS
+from bot.venvs import (
+    DEFAULT_CACHE,
+    REPO_ROOT,
+    EnvironmentFailure,
+    Uninstallable,
+    constraints_with,
+    ensure_venv,
+    project_dependencies,
+    same_release,
+)
 from bot.verdict import error_excerpt
 from bot.workaround_index import (
     DEFAULT_JSON,
@@ -66,22 +69,10 @@ from bot.workaround_index import (
 from exporters.ledger import LedgerEntry, default_registry_dir, load_ledger, set_fixed_in
 
 PASSED, FAILED, UNINSTALLABLE = "pass", "fail", "uninstallable"
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CACHE = REPO_ROOT / ".exportbot-cache" / "venvs"
-INSTALL_TIMEOUT = 3600.0
-_RECIPE_MARKER = "exportbot-recipe.txt"  # written last: a half-built environment is rebuilt
-_NETWORK = re.compile(
-    r"NewConnectionError|Max retries exceeded|Temporary failure in name resolution|ConnectTimeout"
-    r"|ReadTimeoutError|Network is unreachable"
-)
 
 
-class BisectError(RuntimeError):
+class BisectError(EnvironmentFailure):
     """The bisection cannot go on (no versions, the index unreachable, a broken environment)."""
-
-
-class Uninstallable(Exception):
-    """This version cannot be installed together with the other pins; the message is pip's reason."""
 
 
 # ── The search (pure) ──
@@ -168,20 +159,6 @@ def newer_versions(available: Sequence[str], pinned: str) -> list[str]:
     return [str(v) for v in sorted(set(found))]
 
 
-def constraints_with(text: str, package: str, version: str) -> str:
-    """``constraints.txt`` text with ``package`` pinned to ``version`` (its line replaced, else appended)."""
-    key = normalize_name(package)
-    lines, replaced = [], False
-    for line in text.splitlines():
-        name = line.split("#", 1)[0].partition("==")[0].strip()
-        if name and normalize_name(name) == key:
-            line, replaced = f"{package}=={version}", True
-        lines.append(line)
-    if not replaced:
-        lines.append(f"{package}=={version}")
-    return "\n".join(lines) + "\n"
-
-
 # ── Versions and environments (I/O) ──
 def released_versions(package: str, python: str | Path = sys.executable) -> list[str]:
     """Every released version of ``package`` the configured index has, through ``pip index versions``."""
@@ -194,47 +171,6 @@ def released_versions(package: str, python: str | Path = sys.executable) -> list
             f"pip index versions {package} failed: {(done.stderr or done.stdout).strip()[-300:]}"
         )
     return parse_index_versions(done.stdout)
-
-
-def project_dependencies(root: Path = REPO_ROOT) -> list[str]:
-    """The project's own dependencies (``pyproject.toml``), which every environment installs."""
-    with (root / "pyproject.toml").open("rb") as handle:
-        return list(tomllib.load(handle)["project"]["dependencies"])
-
-
-def ensure_venv(
-    directory: Path, constraints: str, requirements: Sequence[str], *, timeout: float = INSTALL_TIMEOUT
-) -> Path:
-    """The Python of an environment at ``directory`` holding ``requirements`` under ``constraints``.
-
-    Reused when it was built from the same constraints and requirements; rebuilt otherwise. Raises :class:`Uninstallable`
-    when pip cannot satisfy the constraints (a conflict, no distribution for this Python, a failed build)
-    and :class:`BisectError` when pip could not reach the index.
-    """
-    python = directory / "bin" / "python"
-    marker = directory / _RECIPE_MARKER
-    recipe = constraints + "".join(f"# requirement: {r}\n" for r in requirements)
-    if marker.is_file() and python.is_file() and marker.read_text(encoding="utf-8") == recipe:
-        return python
-    if directory.exists():
-        shutil.rmtree(directory)
-    subprocess.run(
-        [sys.executable, "-m", "venv", str(directory)], check=True, capture_output=True, timeout=600
-    )
-    pinned = directory / "constraints-in-use.txt"
-    pinned.write_text(constraints, encoding="utf-8")
-    done = subprocess.run(
-        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-c", str(pinned), *requirements],
-        capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
-    if done.returncode != 0:
-        output = (done.stdout + done.stderr).strip()
-        if _NETWORK.search(output):
-            raise BisectError(f"pip could not reach the package index: {output[-300:]}")
-        errors = [line for line in output.splitlines() if line.startswith("ERROR")]
-        raise Uninstallable(" ".join(errors or output.splitlines()[-3:])[-400:])
-    marker.write_text(recipe, encoding="utf-8")
-    return python
 
 
 @dataclass
@@ -265,7 +201,7 @@ class ExportProbe:
             outcome = run(export.model, export.backend, export.dynamic)
             self.seen.append(outcome | {"probed_version": version})
             ran = (outcome.get("versions") or {}).get(self.package)
-            if ran is not None and not _same_release(ran, version):
+            if ran is not None and not same_release(ran, version):
                 raise BisectError(
                     f"{directory} ran {self.package} {ran}, not {version}: delete it to rebuild"
                 )
@@ -273,14 +209,6 @@ class ExportProbe:
                 where = f"{export.model} {export.backend}/{export.mode} {outcome.get('status')}"
                 return Probe(version, FAILED, f"{where}: {error_excerpt(outcome, 200)}")
         return Probe(version, PASSED, f"{len(self.subject.exports)} export(s) pass")
-
-
-def _same_release(installed: str, version: str) -> bool:
-    """``2.14.0+cpu`` is release ``2.14.0``; ``not installed`` is no release."""
-    try:
-        return Version(installed).public == Version(version).public
-    except InvalidVersion:
-        return False
 
 
 # ── Command ──
@@ -332,13 +260,7 @@ def render_result(result: BisectResult, package: str, pinned: str) -> Table:
 @pins_option
 @index_option(DEFAULT_JSON, "Workaround index (for a workaround's probes).")
 @probes_option(DEFAULT_PROBE_LIMIT, "Exports probed per version for a workaround.")
-@click.option(
-    "--cache-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_CACHE,
-    show_default=True,
-    help="Where the per-version environments live.",
-)
+@venv_cache_option
 @click.option(
     "--timeout",
     type=click.FloatRange(min=1),
@@ -358,7 +280,7 @@ def render_result(result: BisectResult, package: str, pinned: str) -> Table:
 @report_errors
 def bisect_command(
     target: str, package: str | None, registry_dir: Path | None, pin_file: Path | None, index_file: Path,
-    probes: int, cache_dir: Path, timeout: float, dry_run: bool, no_write: bool, json_file: Path | None,
+    probes: int, cache_dir: Path | None, timeout: float, dry_run: bool, no_write: bool, json_file: Path | None,
 ) -> None:  # fmt: skip
     """Find the first release of PKG in which TARGET (ledger entry id or workaround name) is not needed.
 
@@ -385,7 +307,8 @@ def bisect_command(
                f"{', '.join(candidates) or 'none'}\nexports per version: {exports}")  # fmt: skip
     if dry_run or not candidates:
         return
-    probe = ExportProbe(subject, package, pin_path.read_text(encoding="utf-8"), cache_dir, timeout)
+    text = pin_path.read_text(encoding="utf-8")
+    probe = ExportProbe(subject, package, text, cache_dir or DEFAULT_CACHE, timeout)
     result = first_passing(candidates, probe)
     Console().print(render_result(result, package, pinned))
     if json_file is not None:

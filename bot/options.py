@@ -33,6 +33,13 @@ token_env_option = click.option(
     "The token is never printed, logged or written.",
 )
 
+venv_cache_option = click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where isolated per-version environments are kept and reused [default: .exportbot-cache/venvs].",
+)
+
 
 def index_option(default: Path, help: str) -> click.Option:
     return click.option(

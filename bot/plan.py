@@ -10,7 +10,8 @@ nobody has checked yet:
 * a package of the backend's stack (``BACKEND_STACK[entry.backend]``) is pinned at a version other
   than the one it was last verified with (each named: ``onnx 1.23.2 → 1.24.0``);
 * it was never verified;
-* ``--candidate PKG==VER`` names a package of its stack (recorded; see ``Plan.candidate``);
+* ``--candidate PKG==VER`` names a package of its stack (re-run in the candidate's environment, whose
+  version then stands in the plan's ``versions`` and ``moved_pins``; see bot.candidate);
 * ``--all`` / ``--entry ID`` force it.
 
 The same rules apply to a registered workaround (``exportbot audit --workarounds``): both become a
@@ -198,10 +199,15 @@ def plan_entry(
     matched_candidate = None
     if candidate is not None:
         name, version = parse_candidate(candidate)
-        if normalize_name(name) in {normalize_name(n) for n in stack}:
+        in_stack = next((n for n in stack if normalize_name(n) == normalize_name(name)), None)
+        if in_stack is not None:
             matched_candidate = f"{name}=={version}"
             reasons.append(f"candidate {matched_candidate}")
             triggers += 1
+            # The re-run runs at the candidate: that is the stack a verdict speaks about, and the move
+            # that would explain a removal.
+            moved = {**moved, in_stack: (versions[in_stack], version)}
+            versions = {**versions, in_stack: version}
     if force:
         reasons.append("forced (--all / --entry)")
 

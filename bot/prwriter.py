@@ -166,6 +166,11 @@ def check_report(data: Any) -> Mapping[str, Any]:
     if not isinstance(data, dict) or data.get("schema") != REPORT_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise ReportError(f"not an exportbot audit report of schema {REPORT_SCHEMA} (schema {found!r})")
+    if data.get("candidate"):
+        raise ReportError(
+            f"this audit tried the unpinned candidate {data['candidate']}: its removals hold once the pin "
+            "moves; bump the pin, then audit again"
+        )
     entries = data.get("entries")
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise ReportError("audit report lacks a list of 'entries'")

@@ -45,16 +45,18 @@ def subprocess_runner(
     timeout: float = DEFAULT_TIMEOUT,
     *,
     without: Sequence[str] = (),
+    plain: bool = False,
     python: str | Path = sys.executable,
     pythonpath: Path | None = None,
 ) -> RunExport:
     """A runner exporting in a fresh ``python -m bot export`` process, killed after ``timeout`` s.
 
-    ``without`` names workarounds to disable instead of ignoring the ledger (a necessity probe).
+    ``without`` names workarounds to disable instead of ignoring the ledger (a necessity probe);
+    ``plain`` leaves nothing out (the export as a sweep runs it: the regression check of a candidate).
     ``python`` and ``pythonpath`` let ``exportbot bisect`` run this repository's code in another
     virtual environment (one per candidate version) that does not have exportbot installed.
     """
-    leave_out = [arg for name in without for arg in ("--without", name)] or ["--ignore-ledger"]
+    leave_out = [arg for name in without for arg in ("--without", name)] or ([] if plain else ["--ignore-ledger"])
 
     def run_export(model_class: str, backend: str, dynamic: bool) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="exportbot-rerun-") as scratch:

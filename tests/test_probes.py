@@ -28,10 +28,7 @@ from bot.bisect import (
     PASSED,
     UNINSTALLABLE,
     Probe,
-    Uninstallable,
     bisect_command,
-    constraints_with,
-    ensure_venv,
     first_passing,
     newer_versions,
     parse_index_versions,
@@ -41,6 +38,7 @@ from bot.plan import Export, workaround_subject
 from bot.rerun import subprocess_runner
 from bot.runner import ExportRequest, export_one
 from bot.sweep import SCHEMA, read_results
+from bot.venvs import Uninstallable, constraints_with, ensure_venv
 from bot.workaround_index import (
     FiredExport,
     build_index,

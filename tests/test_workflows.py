@@ -511,7 +511,9 @@ def test_audit_triggers_and_token(workflows):
                                                                 "type": "boolean", "default": True}  # fmt: skip
     publish = audit["jobs"]["publish"]
     assert publish["needs"] == "audit"
-    assert publish["if"] == "needs.audit.outputs.exit-code == '0' || needs.audit.outputs.exit-code == '3'"
+    assert publish["if"] == (  # a --candidate run is never published
+        "${{ !inputs.candidate && (needs.audit.outputs.exit-code == '0' || needs.audit.outputs.exit-code == '3') }}"
+    )
     token = next(s for s in publish["steps"] if s.get("uses", "").startswith("actions/create-github-app-token@"))
     assert token["if"] == "vars.EXPORTBOT_APP_ID != ''"
     assert token["with"]["private-key"] == "${{ secrets.EXPORTBOT_APP_PRIVATE_KEY }}"
@@ -685,8 +687,8 @@ def _run_step(step: dict[str, Any], tmp_path: Path, env: dict[str, str], stub_ex
     return result.returncode, calls, outputs
 
 
-@pytest.mark.parametrize(("audit_exit", "job_exit"), [(0, 0), (3, 0), (4, 0), (1, 1), (2, 2)])
-def test_audit_exit_codes_3_and_4_do_not_fail_the_job(tmp_path: Path, audit_exit: int, job_exit: int):
+@pytest.mark.parametrize(("audit_exit", "job_exit"), [(0, 0), (3, 0), (4, 0), (5, 0), (1, 1), (2, 2)])
+def test_audit_exit_codes_3_4_and_5_do_not_fail_the_job(tmp_path: Path, audit_exit: int, job_exit: int):
     step = _step("audit.yml", "audit", lambda s: s.get("id") == "audit")
     code, calls, outputs = _run_step(step, tmp_path, {"CANDIDATE": "", "ENTRY": ""}, stub_exit=audit_exit)
     assert code == job_exit
@@ -699,6 +701,7 @@ def test_audit_passes_dispatch_inputs_as_options(tmp_path: Path):
     step = _step("audit.yml", "audit", lambda s: s.get("id") == "audit")
     _, calls, _ = _run_step(step, tmp_path, {"CANDIDATE": "onnx==1.24.0", "ENTRY": "t5-cast-folding"})
     assert calls.split()[-4:] == ["--candidate", "onnx==1.24.0", "--entry", "t5-cast-folding"]
+    assert "--update-verification" not in calls  # a candidate is not pinned: nothing is recorded
 
 
 @pytest.mark.parametrize(("dry_run", "applies"), [("true", False), ("false", True), ("", True)])

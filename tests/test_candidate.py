@@ -1,0 +1,150 @@
+"""``exportbot audit --candidate PKG==VER`` (bot.candidate, bot.venvs): removals and regressions of an unpinned release.
+
+The sample selection, the regression verdicts, the plan and the exit code are checked on small inputs
+with stub runners; ``test_candidate_audit_in_a_real_isolated_environment`` (slow) builds a real
+environment with another onnxscript release and exports in it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from test_audit import PINS, write_registry
+
+from bot.audit import EXIT_REGRESSION, AuditReport, audit_command
+from bot.candidate import (
+    HOLDS,
+    REGRESSION,
+    STALE,
+    CandidateCheck,
+    CandidateEnvironment,
+    check_regressions,
+    regression_sample,
+)
+from bot.plan import Export, entry_subject, plan_entry
+from bot.prwriter import ReportError, check_report
+from bot.venvs import pin_mismatches
+from exporters.ledger import load_ledger
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ONNX_PINS = {k: PINS[k] for k in ("torch", "transformers", "onnx", "onnxscript", "onnxruntime")}
+
+
+def record(model: str, backend: str = "onnx", mode: str = "static", status: str = "pass", seconds: float = 5.0,
+           **versions: str) -> dict[str, Any]:  # fmt: skip
+    return {"model": model, "backend": backend, "mode": mode, "status": status, "seconds": seconds,
+            "versions": {**ONNX_PINS, "executorch": "1.5.1", "torchao": "0.18.0", **versions}}  # fmt: skip
+
+
+def test_regression_sample_takes_passing_exports_at_the_pins_spread_and_fastest_first():
+    pins = {**ONNX_PINS, "executorch": "1.5.1", "torchao": "0.18.0"}
+    records = [
+        record("SlowModel", seconds=30),
+        record("FastModel", seconds=2),
+        record("FastModel", seconds=2),  # the same export twice (a rerun): sampled once
+        record("DynModel", mode="dynamic", seconds=9),
+        record("BrokenModel", status="failed", seconds=1),  # did not pass: nothing to regress
+        record("OldModel", seconds=1, onnxscript="0.6.0"),  # made at other pins: says nothing about today
+        record("TorchPlusCpu", seconds=3, torch="2.13.0+cpu"),  # the same release as the pin
+        record("EtModel", backend="executorch", seconds=1),  # onnxscript is not in ExecuTorch's stack
+    ]
+    sample = regression_sample(records, "onnxscript", pins, limit=3)
+    assert sample == [  # round-robin over (onnx, dynamic), (onnx, static); fastest first in each
+        Export("DynModel", "onnx", True), Export("FastModel", "onnx", False), Export("TorchPlusCpu", "onnx", False),
+    ]
+    assert len(regression_sample(records, "onnxscript", pins, limit=50)) == 4
+    assert Export("EtModel", "executorch", False) in regression_sample(records, "torch", pins, limit=50)
+    assert regression_sample(records, "onnxscript", pins, limit=0) == []
+
+
+def test_regression_rows_tell_a_regression_from_a_stale_record_and_a_pass():
+    def runner(status: str, version: str) -> Any:
+        def run(model: str, backend: str, dynamic: bool) -> dict[str, Any]:
+            failed = status != "pass"
+            return {"model": model, "backend": backend, "dynamic": dynamic, "status": status,
+                    "error": "ValueError: boom" if failed else None, "max_abs_diff": None if failed else {"y": 1e-6},
+                    "versions": {"onnxscript": version}}  # fmt: skip
+
+        return run
+
+    sample = [Export("BertModel", "onnx", False)]
+    [holds] = check_regressions(sample, "onnxscript", runner("pass", "0.8.0"), runner("pass", "0.7.2"))
+    assert (holds.result, holds.ran_with, holds.pinned) == (HOLDS, "0.8.0", None)  # no second export
+    [broken] = check_regressions(sample, "onnxscript", runner("failed", "0.8.0"), runner("pass", "0.7.2"))
+    assert broken.result == REGRESSION and broken.pinned["status"] == "pass"
+    [stale] = check_regressions(sample, "onnxscript", runner("failed", "0.8.0"), runner("failed", "0.7.2"))
+    assert stale.result == STALE
+
+    environment = CandidateEnvironment("onnxscript", "0.8.0", Path("/nowhere/python"), layered=True)
+    check = CandidateCheck(environment, ["sweeps/onnx.jsonl"], [holds, broken, stale], ["t5-cast-folding"])
+    report = AuditReport([], dict(PINS), "aee41f0ad3ec", 1, "onnxscript==0.8.0", candidate_check=check)
+    assert report.exit_code() == EXIT_REGRESSION  # a broken export outweighs any removal
+    data = report.as_dict()["candidate_check"]
+    assert data["regressions"] == 1 and data["removable"] == ["t5-cast-folding"]
+    assert [row["result"] for row in data["sample"]] == [HOLDS, REGRESSION, STALE]
+    with pytest.raises(ReportError, match=r"unpinned candidate onnxscript==0\.8\.0"):
+        check_report(report.as_dict())  # exportbot pr proposes nothing from a candidate audit
+
+
+def test_plan_under_a_candidate_speaks_of_the_candidates_stack(tmp_path):
+    registry = write_registry(tmp_path, [{
+        "list": "ONNX_DISABLE_OPTIMIZE", "id": "t5", "models": ["T5Model"], "backend": "onnx", "scope": "static",
+        "upstream": "https://github.com/microsoft/onnxscript/issues/1", "dependency": "onnxscript",
+        "reason": "r", "failure": "x", "added": "2026-01-01",
+    }])  # fmt: skip
+    subject = entry_subject(load_ledger(registry).entries[0])
+    plan = plan_entry(subject, None, PINS, {}, candidate="onnxscript==0.8.0")
+    assert plan.due and plan.candidate == "onnxscript==0.8.0"
+    assert plan.versions["onnxscript"] == "0.8.0" and plan.moved_pins["onnxscript"] == ("0.7.2", "0.8.0")
+    unrelated = plan_entry(subject, None, PINS, {}, candidate="executorch==1.6.0")
+    assert unrelated.candidate is None and unrelated.versions["onnxscript"] == "0.7.2"
+
+
+def test_candidate_refuses_recording_or_publishing_and_bad_specs(tmp_path):
+    registry = write_registry(tmp_path, [])
+    base = ["--registry", str(registry), "--tracker", str(REPO_ROOT / "registry" / "upstream-snapshot.json")]
+    for extra, message in (
+        (["--candidate", "onnx==1.24.0", "--update-verification"], "--update-verification cannot go with --candidate"),
+        (["--candidate", "onnx==1.24.0", "--open-prs"], "--open-prs cannot go with --candidate"),
+        (["--candidate", "onnx>=1.24"], "--candidate must be PKG==VERSION"),
+    ):  # fmt: skip
+        result = CliRunner().invoke(audit_command, [*base, *extra])
+        assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_candidate_audit_in_a_real_isolated_environment(tmp_path):
+    """A real environment with onnxscript 0.7.1 layered on the pinned one; the ledger's ONNX entry is
+    re-run there and one export that passes at the pins is checked for a regression.
+    About 1 to 2 minutes: the layered install takes seconds, each export 5 to 30 s."""
+    from bot.pins import read_pins
+
+    pins = read_pins(REPO_ROOT / "constraints.txt")
+    assert pin_mismatches(pins) == [], "the layered environment needs the pinned .venv"
+    bert = next(
+        line for line in (REPO_ROOT / "sweeps" / "onnx.jsonl").read_text().splitlines()
+        if '"model": "BertModel"' in line and '"dynamic": false' in line and '"status": "pass"' in line
+    )  # fmt: skip
+    results = tmp_path / "last-sweep.jsonl"
+    results.write_text(bert + "\n")
+    out = tmp_path / "audit.json"
+    result = CliRunner().invoke(audit_command, [
+        "--tracker", str(REPO_ROOT / "registry" / "upstream-snapshot.json"),
+        "--candidate", "onnxscript==0.7.1", "--entry", "gemma3-vision-mask-vmap-decompose", "--runs", "1",
+        "--cache-dir", str(tmp_path / "venvs"), "--regression-results", str(results),
+        "--regression-sample", "1", "--timeout", "600", "--json", str(out),
+    ])  # fmt: skip
+    report = json.loads(out.read_text())
+    check = report["candidate_check"]
+    assert check["environment"] == "layered on the pinned environment" and check["problem"] is None
+    [row] = check["sample"]
+    assert (row["model"], row["mode"], row["ran_with"], row["result"]) == ("BertModel", "static", "0.7.1", HOLDS)
+    [entry] = report["entries"]
+    assert entry["due"] and "candidate onnxscript==0.7.1" in entry["due_reasons"]
+    assert entry["moved_pins"] == {"onnxscript": ["0.7.2", "0.7.1"]}
+    assert entry["verdict"] in ("still-needed", "changed", "removable"), entry["reasons"]
+    assert result.exit_code == {"removable": 3, "changed": 4, "still-needed": 0}[entry["verdict"]], result.output
