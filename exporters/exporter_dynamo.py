@@ -188,7 +188,12 @@ def _flatten_to_context(obj: Any) -> tuple[list[Any], list[tuple[str, Any]]]:
 
     Children are attributes holding tensors (directly, or inside lists/tuples/dicts/objects, which pytree
     recurses into once registered), or attributes that held tensors in an earlier instance of the class;
-    everything else goes into the context unchanged.
+    everything else goes into the context, a traced scalar as the value it had at the sample shape.
+
+    Why concrete: a context is a constant of the program's output spec. A SymInt there (a sliding-window
+    cache layer's ``cumulative_length`` under dynamic shapes) belongs to the tracing ShapeEnv, means nothing
+    when the program runs, cannot be saved, and breaks every ``copy.deepcopy`` of the module call graph that
+    ``run_decompositions`` makes (torch.onnx and ExecuTorch: ``Cannot access data pointer of Tensor``).
     """
     known = _CHILD_ATTRIBUTES.setdefault(type(obj), set())
     children: list[Any] = []
@@ -199,8 +204,16 @@ def _flatten_to_context(obj: Any) -> tuple[list[Any], list[tuple[str, Any]]]:
             children.append(value)
             context.append((name, _CHILD))
         else:
-            context.append((name, value))
+            context.append((name, _concrete(value)))
     return children, context
+
+
+def _concrete(value: Any) -> Any:
+    """A traced SymInt/SymFloat/SymBool as its sample-shape value (its hint); anything else unchanged."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        hint = value.node.hint
+        return value if hint is None else type(hint)(hint)
+    return value
 
 
 def _unflatten_from_context(cls: type, children: list[Any], context: list[tuple[str, Any]]) -> Any:

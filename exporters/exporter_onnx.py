@@ -194,35 +194,8 @@ def _renamed(dim: Any, renames: dict[str, str]) -> Any:
 
 # ── Stage 1: Torch patches ──
 # `@register_patch("onnx", "torch.<op>")` factories for torch ops the ONNX exporter cannot translate as they are.
-@register_patch(
-    "onnx",
-    "torch.export.exported_program._get_updated_module_call_graph",
-    upstream="https://github.com/pytorch/pytorch/pull/121361",
-    dependency="torch",
-)
-def _patch_share_symints_in_call_graph_copy(original: Callable) -> Callable:
-    """Share SymInts when ``run_decompositions`` deep-copies the module call graph.
-
-    Under dynamic shapes an output pytree context can hold a SymInt (a sliding-window cache layer's
-    ``cumulative_length``). ``copy.deepcopy`` of a SymInt copies its SymNode, hence the ShapeEnv and its tracked
-    FakeTensors, and fails with ``Cannot access data pointer of Tensor``. SymInts are immutable: sharing is a copy.
-    """
-    import copy
-
-    def updated(*args: Any, **kwargs: Any) -> Any:
-        dispatch = copy._deepcopy_dispatch  # type: ignore[attr-defined]
-        symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
-        saved = {cls: dispatch[cls] for cls in symbolic if cls in dispatch}
-        dispatch.update(dict.fromkeys(symbolic, copy._deepcopy_atomic))  # type: ignore[attr-defined]
-        try:
-            return original(*args, **kwargs)
-        finally:
-            for cls in symbolic:
-                dispatch.pop(cls, None)
-            dispatch.update(saved)
-
-    return updated
-
+# None is registered now. (The last one shared SymInts when run_decompositions deep-copied the module call graph;
+# the Dynamo stage now keeps output-spec contexts free of SymInts, see exporter_dynamo._concrete.)
 
 
 # ── Stage 2: ONNX patches ──

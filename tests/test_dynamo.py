@@ -193,3 +193,40 @@ def test_stage3_encoder_decoder_cache_context_saves_and_loads(tmp_path: Path):
     loaded = torch.export.load(str(files["artifact"]))
     out = loaded.module()(**tiny.inputs)
     assert out.past_key_values.is_updated == result.artifact.module()(**tiny.inputs).past_key_values.is_updated
+
+
+def _symbolic_contexts(program: torch.export.ExportedProgram) -> list[str]:
+    """Every SymInt/SymFloat/SymBool in the contexts of the program's output specs, as 'Class.attr'."""
+    import torch.utils._pytree as pytree
+
+    found, todo = [], [entry.signature.out_spec for entry in program.module_call_graph if entry.signature]
+    while todo:
+        spec = todo.pop()
+        if isinstance(spec.context, list):
+            found += [
+                f"{spec.type.__name__}.{pair[0]}"
+                for pair in spec.context
+                if isinstance(pair, tuple) and isinstance(pair[-1], (torch.SymInt, torch.SymFloat, torch.SymBool))
+            ]
+        todo += [child for child in spec.children() if isinstance(child, pytree.TreeSpec)]
+    return found
+
+
+def test_stage3_dynamic_contexts_hold_no_symint_so_programs_copy_and_save(tmp_path: Path):
+    """A sliding-window cache layer's cumulative_length is a SymInt while tracing dynamic shapes. In the
+    output spec it broke every deepcopy of the module call graph (torch.onnx's and ExecuTorch's
+    run_decompositions: 'Cannot access data pointer of Tensor') and saving the program."""
+    tiny = build_tiny("Gemma2ForCausalLM")
+    result = DynamoExporter(DynamoConfig(dynamic=True)).export(tiny.model, tiny.inputs)
+    assert _symbolic_contexts(result.artifact) == []
+    copy.deepcopy(result.artifact.module_call_graph)
+    result.save(tmp_path)
+
+
+def test_stage3_concrete_contexts_are_needed(monkeypatch):
+    monkeypatch.setattr(exporter_dynamo, "_concrete", lambda value: value)
+    tiny = build_tiny("Gemma2ForCausalLM")
+    program = DynamoExporter(DynamoConfig(dynamic=True)).export(tiny.model, tiny.inputs).artifact
+    assert "DynamicSlidingWindowLayer.cumulative_length" in _symbolic_contexts(program)
+    with pytest.raises(RuntimeError, match="Cannot access data pointer"):
+        copy.deepcopy(program.module_call_graph)
