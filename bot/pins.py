@@ -22,6 +22,13 @@ BACKEND_STACK: dict[str, list[str]] = {
     "executorch": ["torch", "transformers", "executorch", "torchao"],
 }
 
+
+def stack_of(backend: str) -> list[str]:
+    """The pinned packages a backend's exports run on; a backend-scoped workaround's ``executorch.xnnpack``
+    runs on ExecuTorch's stack."""
+    return BACKEND_STACK[backend.split(".")[0]]
+
+
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")
 

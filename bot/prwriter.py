@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.pins import BACKEND_STACK, normalize_name
+from bot.pins import BACKEND_STACK, normalize_name, stack_of
 from bot.rerun import scope_modes
 from bot.runner import PASS
 from bot.verdict import NOT_DUE, REMOVABLE, STILL_NEEDED, UNKNOWN
@@ -130,7 +130,7 @@ class Proposal:
         pins = data["pins"]
         if not isinstance(data["id"], str) or not isinstance(pins, dict) or data.get("scope") not in SCOPES:
             raise ValueError("not an exportbot entry block")
-        stack = BACKEND_STACK.get(str(data.get("backend")), [])
+        stack = BACKEND_STACK.get(str(data.get("backend")).split(".")[0], [])
         order = [name for name in stack if name in pins] + sorted(set(pins) - set(stack))
         return cls(
             id=data["id"],
@@ -185,7 +185,7 @@ def check_report(data: Any) -> Mapping[str, Any]:
             raise ReportError(f"audit report entry {entry['id']!r}: unknown backend {entry['backend']!r}")
     for row in workaround_rows(data):
         missing = [k for k in ("id", "backend", "exports", "upstream", "upstream_state", "verdict") if k not in row]
-        if missing or row.get("backend") not in BACKEND_STACK:
+        if missing or str(row.get("backend")).split(".")[0] not in BACKEND_STACK:
             what = f"lacks {', '.join(missing)}" if missing else f"has unknown backend {row.get('backend')!r}"
             raise ReportError(f"audit report workaround {row.get('id', '?')!r} {what}")
     return data
@@ -215,7 +215,7 @@ def proposal_from_report(row: Mapping[str, Any], report: Mapping[str, Any]) -> P
         scope="all" if workaround else row["scope"],
         upstream=row["upstream"],
         upstream_state=row["upstream_state"].get("summary", UNKNOWN),
-        pins={name: pins.get(normalize_name(name)) for name in BACKEND_STACK[row["backend"]]},
+        pins={name: pins.get(normalize_name(name)) for name in stack_of(row["backend"])},
         reasons=tuple(row.get("reasons", ())),
         evidence=tuple(
             {k: e.get(k) for k in ("model", "mode", "run", "status", "max_abs_diff")}

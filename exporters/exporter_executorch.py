@@ -40,7 +40,7 @@ from exporters.exporter_dynamo import (
     dynamic_dim_ranges,
     second_shape_inputs,
 )
-from exporters.fx_rewrites import make_reshape_input_contiguous
+from exporters.fx_rewrites import make_reshape_input_contiguous, spell_out_tanh_gelu
 from exporters.utils import (
     HitLog,
     apply_fx_node_fixes,
@@ -138,7 +138,7 @@ class ExecutorchExporter:
             program = dynamo.export_program(model, inputs, clock)
             require_bounded_dims(program)
             apply_program_fixes(program)
-            apply_node_fixes(program)
+            apply_node_fixes(program, config.backend)
             with clock("to_edge_transform_and_lower"):
                 edge = to_edge_transform_and_lower(program, partitioner=partitioners)
             with clock("to_executorch"):
@@ -318,9 +318,11 @@ def apply_program_fixes(program: ExportedProgram) -> None:
 
 # ── Stage 5: FX node fixes ──
 # ``@register_fx_node_fix("executorch")`` on ``fix(graph_module, node) -> bool`` for single nodes that the
-# lowering (its decompositions, the edge verifier, a partitioner) cannot take as traced.
-def apply_node_fixes(program: ExportedProgram) -> int:
-    return apply_fx_node_fixes(program.graph_module, "executorch")
+# lowering (its decompositions, the edge verifier, a partitioner) cannot take as traced;
+# ``@register_fx_node_fix("executorch.<backend>")`` for fixes that only one backend needs.
+def apply_node_fixes(program: ExportedProgram, backend: str) -> int:
+    common = apply_fx_node_fixes(program.graph_module, "executorch")
+    return common + apply_fx_node_fixes(program.graph_module, f"executorch.{backend}")
 
 
 @register_fx_node_fix("executorch", upstream="https://github.com/pytorch/pytorch/issues/141107", dependency="torch")
@@ -333,3 +335,16 @@ def _fix_strided_reshape_input(graph_module: torch.fx.GraphModule, node: torch.f
     ``contiguous`` first pins the layout, which is what eager's reshape of a strided tensor does anyway.
     """
     return make_reshape_input_contiguous(graph_module, node)
+
+
+@register_fx_node_fix(
+    "executorch.xnnpack", upstream="https://github.com/pytorch/executorch/pull/22851", dependency="executorch"
+)
+def _fix_tanh_gelu_for_xnnpack(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Spell out ``gelu(approximate="tanh")`` before XNNPACK partitions the graph.
+
+    XNNPACK serialises GELU without its ``approximate`` argument and runs exact GELU, ~5e-4 away from the tanh
+    form per activation: Gemma's ``gelu_pytorch_tanh`` MLPs then miss eager by up to 4e-4. The formula runs on
+    XNNPACK's exact mul/add/tanh.
+    """
+    return spell_out_tanh_gelu(graph_module, node)

@@ -22,6 +22,7 @@ from exporters.exporter_executorch import (
     UnboundedDimError,
 )
 from exporters.tiny import build_tiny
+from exporters.utils import all_workarounds
 
 
 @pytest.fixture(scope="session")
@@ -113,6 +114,32 @@ def test_gpt2_needs_the_strided_reshape_fix_and_it_fires():
     without = ExecutorchConfig(without=frozenset({"_fix_strided_reshape_input"}))
     with pytest.raises(Exception, match="Cannot view a tensor with shape"):
         ExecutorchExporter(without).export(tiny.model, tiny.inputs)
+
+
+class TanhGelu(torch.nn.Module):
+    """Gemma's MLP activation (``gelu_pytorch_tanh``) behind a Linear, so XNNPACK takes the whole graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.linear(x), approximate="tanh")
+
+
+def test_xnnpack_needs_tanh_gelu_spelled_out_and_only_xnnpack_gets_it():
+    """pytorch/executorch#22851: XNNPACK runs gelu(approximate="tanh") as exact GELU, up to ~5e-4 off."""
+    torch.manual_seed(0)
+    model, inputs = TanhGelu(), {"x": torch.randn(4, 64) * 3}
+    fixed = ExecutorchExporter(ExecutorchConfig()).export(model, inputs, validate=True)
+    assert fixed.metadata.workarounds_fired == {"_fix_tanh_gelu_for_xnnpack": 1}
+    assert max(fixed.validation.max_abs_diff.values()) < 1e-5
+    without = ExecutorchConfig(without=frozenset({"_fix_tanh_gelu_for_xnnpack"}))
+    report = ExecutorchExporter(without).export(model, inputs).validate(raise_on_failure=False)
+    assert report.status == "mismatch" and max(report.max_abs_diff.values()) > 1e-4
+    assert exporter_executorch._fix_tanh_gelu_for_xnnpack.__name__ in {
+        w.name for w in all_workarounds() if w.backend == "executorch.xnnpack"
+    }
 
 
 def test_cuda_without_a_gpu_fails_clearly_before_any_work(monkeypatch):

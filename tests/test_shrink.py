@@ -526,3 +526,11 @@ def test_workarounds_that_can_only_go_by_hand_open_no_pr_but_reach_the_dashboard
     dashboard = client(server).get_repo(REPO).get_issue(1).body or ""
     assert "- `_fix_shared`: removable, ready to delete by hand (used elsewhere" in dashboard
     assert "| `_fix_gone` | onnx |" in dashboard and "| still-needed | — |" in dashboard
+
+
+def test_backend_scoped_workaround_rows_run_on_their_backends_stack():
+    data = with_workarounds(report({}), {"_fix_gone": "removable"})
+    data["workarounds"][0]["backend"] = "executorch.xnnpack"  # a backend-scoped fix (exporter_executorch)
+    proposal = proposal_from_report(check_report(data)["workarounds"][0], data)
+    assert list(proposal.pins) == ["torch", "transformers", "executorch", "torchao"]
+    assert parse_pr_body(pr_body([proposal], 2, BRANCH)) == [proposal]
