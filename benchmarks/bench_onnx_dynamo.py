@@ -1,7 +1,8 @@
 """Wall-time ratios of our exporters against the bare torch paths and transformers' own exporter.
 
-One script, one process, same model and inputs per row, so machine noise hits every column alike; each
-timing is the best of ``--repeat`` runs. Run: ``HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_onnx_dynamo.py``.
+One script, one process, same model and inputs per row; the paths compared run interleaved (each round
+runs every path once, the order rotated per round), so machine noise hits every column alike; each
+timing is the best of ``--repeat`` rounds. Run: ``HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_onnx_dynamo.py``.
 Writes benchmarks/results/onnx_dynamo.json.
 
 Columns:
@@ -18,6 +19,7 @@ import json
 import logging
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -29,16 +31,25 @@ from exporters.tiny import build_tiny
 MODELS = ["LlamaForCausalLM", "BertModel", "ViTForImageClassification", "T5ForConditionalGeneration"]
 
 
-def best_of(repeat: int, run) -> float | str:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        try:
-            run()
-        except Exception as error:  # a path that does not work is reported, not timed
-            return f"fails: {type(error).__name__}"
-        times.append(time.perf_counter() - start)
-    return min(times)
+def best_interleaved(repeat: int, paths: dict[str, Callable[[], object]]) -> dict[str, float | str]:
+    """Best wall time of each path over ``repeat`` rounds; every round runs every path once, in an order
+    rotated per round, so a burst of machine load lands on all paths alike rather than on one column."""
+    best: dict[str, float | str] = {}
+    names = list(paths)
+    for round_ in range(repeat):
+        for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+            if isinstance(best.get(name), str):
+                continue
+            start = time.perf_counter()
+            try:
+                paths[name]()
+            except Exception as error:  # a path that does not work is reported, not timed
+                best[name] = f"fails: {type(error).__name__}"
+                continue
+            elapsed = time.perf_counter() - start
+            previous = best.get(name)
+            best[name] = elapsed if previous is None else min(elapsed, previous)  # type: ignore[type-var]
+    return best
 
 
 def bare_export(model, inputs):
@@ -65,7 +76,7 @@ def ratio(ours, other):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "onnx_dynamo.json")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
@@ -81,15 +92,17 @@ def measure(name: str, repeat: int) -> dict:
     # Warm-up so first-call caching does not land on one column. Ours goes first: it registers the
     # Cache pytree types, without which the bare path cannot export models that return a DynamicCache.
     DynamoExporter().export(model, inputs)
-    best_of(1, lambda: bare_export(model, inputs))
-    row = {
-        "model": name,
-        "bare_torch_export": best_of(repeat, lambda: bare_export(model, inputs)),
-        "dynamo_exporter": best_of(repeat, lambda: DynamoExporter(DynamoConfig()).export(model, inputs)),
-        "bare_torch_onnx": best_of(repeat, lambda: bare_onnx(model, inputs)),
-        "onnx_exporter": best_of(repeat, lambda: OnnxExporter(OnnxConfig()).export(model, inputs)),
-        "transformers_onnx": best_of(repeat, lambda: transformers_onnx(model, inputs)),
-    }
+    bare_export(model, inputs)
+    row: dict[str, object] = {"model": name}
+    row |= best_interleaved(repeat, {
+        "bare_torch_export": lambda: bare_export(model, inputs),
+        "dynamo_exporter": lambda: DynamoExporter(DynamoConfig()).export(model, inputs),
+    })  # fmt: skip
+    row |= best_interleaved(repeat, {
+        "bare_torch_onnx": lambda: bare_onnx(model, inputs),
+        "onnx_exporter": lambda: OnnxExporter(OnnxConfig()).export(model, inputs),
+        "transformers_onnx": lambda: transformers_onnx(model, inputs),
+    })  # fmt: skip
     row["dynamo_vs_bare"] = ratio(row["dynamo_exporter"], row["bare_torch_export"])
     row["onnx_vs_bare"] = ratio(row["onnx_exporter"], row["bare_torch_onnx"])
     row["onnx_vs_transformers"] = ratio(row["onnx_exporter"], row["transformers_onnx"])
