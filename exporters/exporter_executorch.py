@@ -48,6 +48,7 @@ from exporters.utils import (
     check_disabled_names,
     installed_patches,
     register_fx_node_fix,
+    register_patch,
     tracking_hits,
 )
 
@@ -305,8 +306,31 @@ def installed_executorch_patches(backend: str, without: frozenset[str]) -> Itera
 
 # ── Stage 3: ExecuTorch patches ──
 # ``@register_patch("executorch", "executorch.exir....")`` factories for ExecuTorch internals that crash on
-# valid (dynamic-shape) graphs; installed by stage 2's ``installed_executorch_patches``. None is registered:
-# no export in this environment has needed one yet.
+# valid (dynamic-shape) graphs, ``@register_patch("executorch.<backend>", ...)`` for one backend's internals;
+# installed by stage 2's ``installed_executorch_patches``.
+@register_patch(
+    "executorch.xnnpack",
+    "executorch.backends.xnnpack.partition.config.generic_node_configs.UnsqueezeCopyConfig.check_constraints",
+    dependency="executorch",
+)
+def _patch_unsqueeze_partition_one_dynamic_dim(original: Callable) -> Callable:
+    """Keep ``unsqueeze_copy`` with more than one dynamic dim out of the XNNPACK delegate.
+
+    XNNPACK lowers unsqueeze as a static reshape that allows one dynamic dim, and its visitor raises
+    ``XNNPACK reshape only supports 1 dynamic dimension`` in preprocessing; the partitioner config added by
+    pytorch/executorch#19261 checks only the unsqueezed dim, so any (batch, sequence)-dynamic graph with such an
+    unsqueeze (Cohere, ConvBERT, GPT-J rotary embeddings) fails to lower. Rejected here, the node runs as a
+    portable kernel. No upstream issue is filed yet.
+    """
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+
+    def check_constraints(self: Any, node: torch.fx.Node, ep: ExportedProgram) -> bool:
+        if not original(self, node, ep):
+            return False
+        shape = getattr(node.meta.get("val"), "shape", ())
+        return sum(1 for dim in shape if free_symbols(dim)) <= 1
+
+    return check_constraints
 
 
 # ── Stage 4: FX program fixes ──

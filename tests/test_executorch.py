@@ -142,6 +142,28 @@ def test_xnnpack_needs_tanh_gelu_spelled_out_and_only_xnnpack_gets_it():
     }
 
 
+class TrailingUnsqueeze(torch.nn.Module):
+    """``unsqueeze(-1)`` of a (batch, sequence)-dynamic activation, as in Cohere's rotary embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.linear(x).unsqueeze(-1) * 2.0
+
+
+def test_xnnpack_keeps_unsqueeze_with_two_dynamic_dims_out_of_the_delegate():
+    model, inputs = TrailingUnsqueeze(), {"x": torch.randn(2, 6, 8)}
+    shapes = {"x": {0: Dim("batch", min=1, max=4), 1: Dim("sequence", min=2, max=16)}}
+    fixed = ExecutorchExporter(ExecutorchConfig(dynamic_shapes=shapes)).export(model, inputs, validate=True)
+    assert fixed.metadata.workarounds_fired["_patch_unsqueeze_partition_one_dynamic_dim"] >= 1
+    assert len(fixed.validation.shapes) == 2  # the sample shape and a second one
+    without = ExecutorchConfig(dynamic_shapes=shapes, without=frozenset({"_patch_unsqueeze_partition_one_dynamic_dim"}))
+    with pytest.raises(RuntimeError, match="XNNPACK reshape only supports 1 dynamic dimension"):
+        ExecutorchExporter(without).export(model, inputs)
+
+
 def test_cuda_without_a_gpu_fails_clearly_before_any_work(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     model = torch.nn.Linear(4, 4)  # left in training mode: any work on it would call eval() first
