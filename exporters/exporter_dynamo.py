@@ -376,11 +376,12 @@ def _user_input_sizes(program: ExportedProgram) -> dict[str, tuple[Any, ...]]:
 
 
 def dynamic_dim_ranges(program: ExportedProgram) -> dict[str, dict[str, Any]]:
-    """``{input: {dim index: {"symbol", "min", "max"}}}`` for every symbolic input dim."""
+    """``{input: {dim index: {"symbol", "min", "max"}}}`` for every input dim that stayed symbolic."""
     ranges: dict[str, dict[str, Any]] = {}
     for name, sizes in _user_input_sizes(program).items():
         for index, size in enumerate(sizes):
-            if isinstance(size, torch.SymInt):
+            # A SymInt whose expression has no symbol left was specialised (Dim.AUTO found it static).
+            if isinstance(size, torch.SymInt) and size.node.expr.free_symbols:
                 expr = size.node.expr
                 bounds = [program.range_constraints.get(s) for s in expr.free_symbols]
                 lower = max((int(b.lower) for b in bounds if b is not None), default=None)

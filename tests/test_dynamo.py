@@ -230,3 +230,19 @@ def test_stage3_concrete_contexts_are_needed(monkeypatch):
     assert "DynamicSlidingWindowLayer.cumulative_length" in _symbolic_contexts(program)
     with pytest.raises(RuntimeError, match="Cannot access data pointer"):
         copy.deepcopy(program.module_call_graph)
+
+
+class FixedWidth(torch.nn.Module):
+    """Its reshape pins dim 1 to 8: Dim.AUTO specialises it, only the batch stays symbolic."""
+
+    def forward(self, x):
+        return x.reshape(x.shape[0], 2, 4) * 2
+
+
+def test_dims_specialised_by_dim_auto_are_not_reported_as_symbolic():
+    """CanineModel's sequence dim came back as a SymInt with the constant expression 8; reported as a symbolic
+    dim without bounds, ExecuTorch's bound check refused a program that had no unbounded dim."""
+    shapes = {"x": {0: torch.export.Dim.AUTO(min=1, max=8), 1: torch.export.Dim.AUTO(min=1, max=64)}}
+    result = DynamoExporter(DynamoConfig(dynamic_shapes=shapes)).export(FixedWidth(), {"x": torch.randn(3, 8)})
+    ranges = exporter_dynamo.dynamic_dim_ranges(result.artifact)
+    assert list(ranges["x"]) == ["0"] and ranges["x"]["0"]["max"] == 8
