@@ -399,7 +399,8 @@ def second_shape_inputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> 
 
     Each free symbol moves one step (up when its range allows, else down); dims that are expressions of
     symbols (``2*s0``) follow. Values keep the originals' character: constant tensors (attention masks)
-    stay constant, integer tensors draw from the originals' value range, floats keep mean and spread.
+    stay constant, integer tensors repeat the originals' rows (ids stay in range, boxes stay boxes), floats
+    keep mean and spread.
     Returns None when the program has no symbolic dim.
     """
     sizes = _user_input_sizes(program)
@@ -431,8 +432,13 @@ def _resample(original: torch.Tensor, shape: list[int], generator: torch.Generat
     if original.dtype == torch.bool:
         return torch.rand(shape, generator=generator) > 0.5
     if not original.is_floating_point():
-        low, high = int(flat.min()), int(flat.max())
-        return torch.randint(low, high + 1, shape, generator=generator, dtype=original.dtype)
+        # Cycle the original values along each resized dim: every row keeps its own structure (a box's
+        # x0 <= x1, y0 <= y1 for LayoutLM's bbox), which independent random draws would break.
+        tiled = original
+        for dim, size in enumerate(shape):
+            if size != tiled.shape[dim]:
+                tiled = tiled.index_select(dim, torch.arange(size) % tiled.shape[dim])
+        return tiled.clone()
     mean, std = original.float().mean(), original.float().std().clamp_min(1e-3)
     return (torch.randn(shape, generator=generator) * std + mean).to(original.dtype)
 

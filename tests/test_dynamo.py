@@ -246,3 +246,13 @@ def test_dims_specialised_by_dim_auto_are_not_reported_as_symbolic():
     result = DynamoExporter(DynamoConfig(dynamic_shapes=shapes)).export(FixedWidth(), {"x": torch.randn(3, 8)})
     ranges = exporter_dynamo.dynamic_dim_ranges(result.artifact)
     assert list(ranges["x"]) == ["0"] and ranges["x"]["0"]["max"] == 8
+
+
+def test_second_shape_integer_inputs_keep_each_rows_structure():
+    """LayoutLM's bbox rows are boxes (x0 <= x1, y0 <= y1) that index embeddings by their height and width;
+    independent random draws made negative sizes and 'index out of range' at the second shape."""
+    boxes = torch.tensor([[[1, 2, 5, 9], [0, 0, 3, 4], [2, 1, 2, 8]]])
+    grown = exporter_dynamo._resample(boxes, [2, 4, 4], torch.Generator().manual_seed(0))
+    assert grown.shape == (2, 4, 4)
+    assert (grown[..., 2] >= grown[..., 0]).all() and (grown[..., 3] >= grown[..., 1]).all()
+    assert {tuple(row) for row in grown.reshape(-1, 4).tolist()} == {tuple(row) for row in boxes[0].tolist()}
