@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from exporters.utils import HitLog, check_disabled_names
 from exporters.validation import ValidationReport, check_shape
 
 # Packages whose versions define an export's environment, per backend.
@@ -79,6 +80,26 @@ class StageClock:
 
 
 @dataclass
+class ExportRun:
+    """What every exporter's ``export()`` keeps while its stages run: which workarounds fired, stage timings."""
+
+    hits: HitLog
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def clock(self) -> StageClock:
+        return StageClock(self.stage_seconds)
+
+
+def start_export(model: torch.nn.Module, without: frozenset[str]) -> ExportRun:
+    """The common first steps of an export: the workaround names to leave out are checked before any work
+    (a typo must not cost a lowering), and the model goes to eval mode (dropout off, as deployed)."""
+    check_disabled_names(without)
+    model.eval()
+    return ExportRun(HitLog(disabled=without))
+
+
+@dataclass
 class ExportResult:
     """An exported artifact plus the means to check it against the eager model it came from.
 
@@ -96,6 +117,12 @@ class ExportResult:
     rtol: float = 1e-4
     second_inputs: dict[str, Any] | None = field(default=None, repr=False)
     validation: ValidationReport | None = None
+
+    def validated_if(self, validate: bool) -> ExportResult:
+        """Itself, validated first when ``validate`` (the ``export(..., validate=True)`` of every exporter)."""
+        if validate:
+            self.validate()
+        return self
 
     def validate(self, raise_on_failure: bool = True) -> ValidationReport:
         """Compare the artifact with eager at the sample shape and, for dynamic exports, a second shape."""

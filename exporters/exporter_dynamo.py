@@ -26,8 +26,16 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import Dim, ExportedProgram
 
-from exporters.base import ExportMetadata, ExportResult, StageClock, config_as_dict, package_versions
-from exporters.utils import HitLog, check_disabled_names, installed_patches, tracking_hits
+from exporters.base import (
+    ExportMetadata,
+    ExportResult,
+    ExportRun,
+    StageClock,
+    config_as_dict,
+    package_versions,
+    start_export,
+)
+from exporters.utils import installed_patches, tracking_hits
 from exporters.validation import named_tensors
 
 __all__ = ["DynamoConfig", "DynamoExporter", "second_shape_inputs"]
@@ -61,16 +69,13 @@ class DynamoExporter:
         self.config = config or DynamoConfig()
 
     def export(self, model: torch.nn.Module, inputs: Mapping[str, Any], *, validate: bool = False) -> ExportResult:
-        check_disabled_names(self.config.without)
-        model.eval()
+        run = start_export(model, self.config.without)
         inputs = dict(inputs)
-        stage_seconds: dict[str, float] = {}
-        hits = HitLog(disabled=self.config.without)
-        with tracking_hits(hits):
-            program = self.export_program(model, inputs, StageClock(stage_seconds))
-        result = ExportResult(
+        with tracking_hits(run.hits):
+            program = self.export_program(model, inputs, run.clock)
+        return ExportResult(
             artifact=program,
-            metadata=describe_export(self.backend, model, inputs, program, self.config, hits, stage_seconds),
+            metadata=describe_export(self.backend, model, inputs, program, self.config, run),
             model=model,
             inputs=inputs,
             run_artifact=lambda kw: [t for _, t in named_tensors(program.module()(**kw))],
@@ -78,10 +83,7 @@ class DynamoExporter:
             atol=self.config.atol,
             rtol=self.config.rtol,
             second_inputs=second_shape_inputs(program, inputs) if self.config.dynamic else None,
-        )
-        if validate:
-            result.validate()
-        return result
+        ).validated_if(validate)
 
     def export_program(self, model: torch.nn.Module, inputs: dict[str, Any], clock: StageClock) -> ExportedProgram:
         """Stages 1-5 around one ``torch.export.export`` call (also used by the ONNX and ExecuTorch exporters)."""
@@ -110,8 +112,7 @@ def describe_export(
     inputs: Mapping[str, Any],
     program: ExportedProgram,
     config: Any,
-    hits: HitLog,
-    stage_seconds: dict[str, float],
+    run: ExportRun,
 ) -> ExportMetadata:
     """Metadata for one export; output names come from the program's output structure."""
     with torch.no_grad():
@@ -126,9 +127,9 @@ def describe_export(
         dynamic_dims=dynamic_dim_ranges(program),
         versions=package_versions(backend),
         config=config.as_dict(),
-        workarounds_fired=dict(sorted(hits.counts.items())),
+        workarounds_fired=dict(sorted(run.hits.counts.items())),
         workarounds_disabled=sorted(getattr(config, "without", ())),
-        stage_seconds=stage_seconds,
+        stage_seconds=run.stage_seconds,
     )
 
 

@@ -32,7 +32,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 
-from exporters.base import ExportResult, StageClock, config_as_dict
+from exporters.base import ExportResult, config_as_dict, start_export
 from exporters.exporter_dynamo import (
     DynamoConfig,
     DynamoExporter,
@@ -42,10 +42,8 @@ from exporters.exporter_dynamo import (
 )
 from exporters.fx_rewrites import make_reshape_input_contiguous, spell_out_tanh_gelu
 from exporters.utils import (
-    HitLog,
     apply_fx_node_fixes,
     apply_fx_program_fixes,
-    check_disabled_names,
     installed_patches,
     register_fx_node_fix,
     register_patch,
@@ -123,19 +121,17 @@ class ExecutorchExporter:
     def export(self, model: torch.nn.Module, inputs: Mapping[str, Any], *, validate: bool = False) -> ExportResult:
         config = self.config
         prepare = _BACKEND_PREPARE[config.backend]
-        check_disabled_names(config.without)
+        # Backend first: a missing device must fail before anything touches the model (not even eval()).
         model, inputs, partitioners = prepare(model, dict(inputs))
-        model.eval()
-        stage_seconds: dict[str, float] = {}
-        clock = StageClock(stage_seconds)
-        hits = HitLog(disabled=config.without)
+        run = start_export(model, config.without)
+        clock = run.clock
         dynamo = DynamoExporter(
             DynamoConfig(dynamic_shapes=self._dynamic_shapes(inputs), without=config.without)
         )
         # ExecuTorch (~3 s to import) is imported where it is used, so listing workarounds stays cheap.
         from executorch.exir import to_edge_transform_and_lower
 
-        with tracking_hits(hits), installed_executorch_patches(config.backend, config.without):
+        with tracking_hits(run.hits), installed_executorch_patches(config.backend, config.without):
             program = dynamo.export_program(model, inputs, clock)
             require_bounded_dims(program)
             apply_program_fixes(program)
@@ -144,14 +140,14 @@ class ExecutorchExporter:
                 edge = to_edge_transform_and_lower(program, partitioner=partitioners)
             with clock("to_executorch"):
                 lowered = edge.to_executorch()
-        metadata = describe_export(self.backend, model, inputs, program, config, hits, stage_seconds)
+        metadata = describe_export(self.backend, model, inputs, program, config, run)
         metadata.dynamic = bool(metadata.dynamic_dims)
         if metadata.dynamic_dims:
             metadata.notes.append(
                 "dynamic dims are bounded (dynamic_dims max): the runtime rejects larger inputs and plans memory "
                 "for the maxima; a min of 2 is torch.export's 0/1 specialisation, size 1 is not covered by guards"
             )
-        result = ExportResult(
+        return ExportResult(
             artifact=lowered,
             metadata=metadata,
             model=model,
@@ -161,10 +157,7 @@ class ExecutorchExporter:
             atol=config.atol,
             rtol=config.rtol,
             second_inputs=second_shape_inputs(program, inputs),
-        )
-        if validate:
-            result.validate()
-        return result
+        ).validated_if(validate)
 
     def _dynamic_shapes(self, inputs: Mapping[str, Any]) -> Any:
         """The user's spec, else the bounded default when ``dynamic``, else None (static)."""

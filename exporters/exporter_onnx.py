@@ -25,15 +25,13 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
-from exporters.base import ExportResult, StageClock, config_as_dict
+from exporters.base import ExportResult, config_as_dict, start_export
 from exporters.exporter_dynamo import DynamoConfig, DynamoExporter, describe_export, second_shape_inputs
 from exporters.fx_rewrites import feed_contiguous, make_reshape_input_contiguous
 from exporters.utils import (
-    HitLog,
     Workaround,
     announce_workaround,
     apply_fx_node_fixes,
-    check_disabled_names,
     installed_patches,
     record_hit,
     register_fx_node_fix,
@@ -73,15 +71,12 @@ class OnnxExporter:
         self.config = config or OnnxConfig()
 
     def export(self, model: torch.nn.Module, inputs: Mapping[str, Any], *, validate: bool = False) -> ExportResult:
-        check_disabled_names(self.config.without)
-        model.eval()
+        run = start_export(model, self.config.without)
         inputs = dict(inputs)
-        stage_seconds: dict[str, float] = {}
-        clock = StageClock(stage_seconds)
-        hits = HitLog(disabled=self.config.without)
+        clock = run.clock
         dynamo = DynamoExporter(DynamoConfig(
             dynamic=self.config.dynamic, dynamic_shapes=self.config.dynamic_shapes, without=self.config.without))
-        with tracking_hits(hits), installed_patches("onnx", self.config.without):
+        with tracking_hits(run.hits), installed_patches("onnx", self.config.without):
             program = dynamo.export_program(model, inputs, clock)
             apply_fx_node_fixes(program.graph_module, "onnx")
             with clock("torch.onnx.export"):
@@ -95,13 +90,13 @@ class OnnxExporter:
                     custom_translation_table=translation_table(self.config.without),
                     verbose=False,
                 )
-        metadata = describe_export(self.backend, model, inputs, program, self.config, hits, stage_seconds)
-        with clock("ir fixes"), tracking_hits(hits):
+        metadata = describe_export(self.backend, model, inputs, program, self.config, run)
+        with clock("ir fixes"), tracking_hits(run.hits):
             name_graph(onnx_program.model, metadata.output_names, metadata.input_names)
             apply_ir_fixes(onnx_program.model, self.config.without)
-        metadata.workarounds_fired = dict(sorted(hits.counts.items()))
+        metadata.workarounds_fired = dict(sorted(run.hits.counts.items()))
         session = functools.cache(lambda: _session(onnx_program.model))  # only validation pays for it
-        result = ExportResult(
+        return ExportResult(
             artifact=onnx_program.model,
             metadata=metadata,
             model=model,
@@ -111,10 +106,7 @@ class OnnxExporter:
             atol=self.config.atol,
             rtol=self.config.rtol,
             second_inputs=second_shape_inputs(program, inputs) if self.config.dynamic else None,
-        )
-        if validate:
-            result.validate()
-        return result
+        ).validated_if(validate)
 
 
 def save_model(model: ir.Model, path: Path) -> Path:
