@@ -35,15 +35,15 @@ HEAD_DIM = HIDDEN // HEADS
 EXPERTS = 4
 _HIDDEN_FIELDS = (
     "hidden_size", "d_model", "n_embd", "dim", "word_embed_proj_dim", "projection_dim", "projection_size",
-    "proj_dim", "vision_embed_dim", "text_embed_dim",
+    "proj_dim", "vision_embed_dim", "text_embed_dim", "d_latents",
 )
 _HEAD_FIELDS = (
     "num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads",
-    "index_n_heads",
+    "index_n_heads", "num_self_attention_heads", "num_cross_attention_heads",
 )
 _LAYER_FIELDS = (
     "num_hidden_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers", "num_layers",
-    "num_decoder_layers",
+    "num_decoder_layers", "num_self_attends_per_block",
 )
 _INTERMEDIATE_FIELDS = (
     "intermediate_size", "hidden_dim", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff",
@@ -54,7 +54,7 @@ _LIST_DEPTH_FIELDS = ("depths",)
 _ONE_FIELDS = ("layer_scale_init_value", "layerscale_value")  # keep outputs of order one
 # Mixture of experts: few experts, few per token, one group.
 _EXPERT_FIELDS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
-_TOPK_FIELDS = ("num_experts_per_tok", "moe_topk", "top_k", "num_experts_per_token")
+_TOPK_FIELDS = ("num_experts_per_tok", "moe_topk", "top_k", "num_experts_per_token", "moe_k")
 # Low-rank projections (multi-head latent attention).
 _RANK_FIELDS = {"kv_lora_rank": 2 * HEAD_DIM, "q_lora_rank": 4 * HEAD_DIM}
 # Sizes some configs leave ``None`` although their model needs them (and does not derive them).
@@ -73,6 +73,7 @@ _FIXED: dict[str, Any] = {
     "n_group": lambda old: 1 if isinstance(old, int) else old,
     "topk_group": lambda old: 1 if isinstance(old, int) else old,
     "n_shared_experts": lambda old: min(old, 1) if isinstance(old, int) else old,
+    "num_latents": lambda old: min(old, 16) if isinstance(old, int) else old,  # Perceiver latent array
 }
 MAX_LAYERS = 8  # hybrid stacks keep the shortest prefix holding every layer kind, up to this many layers
 
@@ -112,8 +113,29 @@ def shrink_config(config: Any) -> Any:
         setattr(config, name, shrink_config(sub))
     before = {k: v for k, v in vars(config).items() if not isinstance(v, torch.nn.Module)}
     before = copy.deepcopy({k: v for k, v in before.items() if k not in dict(_sub_configs(config))})
+    per_layer = _per_layer_overrides(config)
     _shrink_fields(config)
-    return _rebuild(config, before)
+    if per_layer is not None:  # heterogeneous configs: every layer's overrides are shrunk by the same rules
+        layers = next((vars(config)[f] for f in _LAYER_FIELDS if isinstance(vars(config).get(f), int)), 0)
+        per_layer = {i: _shrunk_overrides(o) for i, o in per_layer.items() if i < layers}
+    return _rebuild(config, before, per_layer)
+
+
+def _per_layer_overrides(config: Any) -> dict[int, dict[str, Any]] | None:
+    """Every layer's explicit per-layer attributes, for configs with a ``per_layer_config`` (heterogeneous)."""
+    if vars(config).get("_heterogeneity_spec") is None:
+        return None
+    from transformers.integrations.heterogeneity.configuration_utils import _get_explicit_per_layer_overrides
+
+    return _get_explicit_per_layer_overrides(config)
+
+
+def _shrunk_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    from types import SimpleNamespace
+
+    layer = SimpleNamespace(**overrides)
+    _shrink_fields(layer)
+    return vars(layer)
 
 
 def _ints(value: Any) -> bool:
@@ -123,6 +145,10 @@ def _ints(value: Any) -> bool:
 def _shrink_fields(config: Any) -> None:
     fields = vars(config)
     old_layers = next((fields[f] for f in _LAYER_FIELDS if isinstance(fields.get(f), int)), None)
+    old_hidden = next((fields[f] for f in _HIDDEN_FIELDS if isinstance(fields.get(f), int)), None)
+    multi_head_latent = isinstance(fields.get("kv_lora_rank"), int)
+    mla_parts = [fields.get(f) for f in ("qk_nope_head_dim", "qk_rope_head_dim")]
+    mla_sums = {n for n in ("qk_head_dim", "head_dim") if _ints(mla_parts) and fields.get(n) == sum(mla_parts)}
     for name, value in _NONE_FILL.items():
         if name in fields and fields[name] is None:
             setattr(config, name, value)
@@ -141,7 +167,8 @@ def _shrink_fields(config: Any) -> None:
             setattr(config, name, HEADS)
     if isinstance(fields.get("num_key_value_heads"), int):
         heads = next((fields[f] for f in _HEAD_FIELDS if isinstance(fields.get(f), int)), HEADS)
-        config.num_key_value_heads = min(KV_HEADS, heads)
+        # Multi-head latent attention expands its latents to one key per query head: no grouping there.
+        config.num_key_value_heads = heads if multi_head_latent else min(KV_HEADS, heads)
     if isinstance(fields.get("coordinate_size"), int) and isinstance(fields.get("shape_size"), int):
         config.coordinate_size, config.shape_size = HIDDEN // 8, HIDDEN // 4  # 4 * coordinate + 2 * shape = hidden
     if isinstance(fields.get("d_kv"), int):
@@ -149,14 +176,20 @@ def _shrink_fields(config: Any) -> None:
     for name in list(fields):  # head_dim, qk_rope_head_dim, v_head_dim, index_head_dim, ...
         if name.endswith("head_dim") and isinstance(fields[name], int) and fields[name] > HEAD_DIM:
             setattr(config, name, HEAD_DIM)
+    for name in ("qk_head_dim", "head_dim"):  # MLA: a query/key head made of its nope and rope parts stays so
+        if name in mla_sums:
+            setattr(config, name, fields["qk_nope_head_dim"] + fields["qk_rope_head_dim"])
     if isinstance(fields.get("rotary_dim"), int):
         config.rotary_dim = min(fields["rotary_dim"], HEAD_DIM)
     for name, rank in _RANK_FIELDS.items():
         if isinstance(fields.get(name), int) and fields[name] > rank:
             setattr(config, name, rank)
+    routed = any(isinstance(fields.get(f), int) for f in _TOPK_FIELDS)
     for name in _EXPERT_FIELDS:
         if isinstance(fields.get(name), int) and fields[name] > EXPERTS:
             setattr(config, name, EXPERTS)
+        elif routed and fields.get(name) == 1:  # a one-expert default (HunYuan MoE V1) never routes: use two
+            setattr(config, name, 2)
     for name in _TOPK_FIELDS:
         if isinstance(fields.get(name), int) and fields[name] > 2:
             setattr(config, name, 2)
@@ -166,9 +199,21 @@ def _shrink_fields(config: Any) -> None:
     for name in _INTERMEDIATE_FIELDS:
         if isinstance(fields.get(name), int) and fields[name] > INTERMEDIATE:
             setattr(config, name, INTERMEDIATE)
+        elif _ints(fields.get(name)):  # one width per modality (Ernie 4.5 VL: text and vision experts)
+            setattr(config, name, type(fields[name])(min(v, INTERMEDIATE) for v in fields[name]))
+    for name in list(fields):  # depthwise convolutions (``upsample_groups``: one group per hidden channel)
+        if name.endswith("groups") and isinstance(fields[name], int) and old_hidden and fields[name] == old_hidden:
+            setattr(config, name, getattr(config, next(f for f in _HIDDEN_FIELDS if isinstance(fields.get(f), int))))
     for name in _LIST_WIDTH_FIELDS:  # per-stage widths: multiples of 8 so that heads and conv groups divide
         if _ints(fields.get(name)):
+            old_first = fields[name][0]
             setattr(config, name, type(fields[name])(max(8, -(-v // 64) * 8) for v in fields[name]))
+            if fields.get("stem_out_channels") == old_first:  # the stem feeds the first stage (TextNet)
+                config.stem_out_channels = fields[name][0]
+    if isinstance(fields.get("dim_bbox"), int):  # Bros: hidden // 4 // dim_bbox sinusoid dims, at least 2
+        for name in _HIDDEN_FIELDS:
+            if isinstance(fields.get(name), int):
+                setattr(config, name, max(fields[name], 8 * fields["dim_bbox"]))
     for name in _LIST_DEPTH_FIELDS:
         if isinstance(fields.get(name), (list, tuple)):
             setattr(config, name, type(fields[name])(1 for _ in fields[name]))
@@ -190,7 +235,11 @@ def _sub_configs(config: Any) -> list[tuple[str, Any]]:
     return [(name, value) for name, value in vars(config).items() if isinstance(value, PretrainedConfig)]
 
 
-def _rebuild(config: Any, before: dict[str, Any]) -> Any:
+# Kept through the rebuild when a parent model chose the backbone's stages (a default instance derives them).
+_KEPT = ("_out_features", "_out_indices")
+
+
+def _rebuild(config: Any, before: dict[str, Any], per_layer: dict[int, dict[str, Any]] | None = None) -> Any:
     """``type(config)(**fields)``: re-run ``__post_init__`` on the shrunk primary fields.
 
     Fields that ``__post_init__`` derives (their value in a default instance differs from the field's
@@ -218,9 +267,14 @@ def _rebuild(config: Any, before: dict[str, Any]) -> Any:
         else:
             declared = dataclasses.MISSING
         derived = declared is not dataclasses.MISSING and _differs(fresh.get(field.name, declared), declared)
-        value = getattr(config, field.name)
-        if not derived or field.name in subs or (field.name in before and _differs(before[field.name], value)):
+        value = vars(config)[field.name]  # not getattr: per-layer attributes refuse global reads
+        if field.name in _KEPT:  # chosen by a parent (not a default's); the constructor takes them without "_"
+            if _differs(fresh.get(field.name), value):
+                kwargs[field.name.lstrip("_")] = value
+        elif not derived or field.name in subs or (field.name in before and _differs(before[field.name], value)):
             kwargs[field.name] = value
+    if per_layer is not None:
+        kwargs["per_layer_config"] = per_layer
     try:
         rebuilt = cls(**kwargs)
     except Exception:
@@ -263,17 +317,33 @@ def _truncate_per_layer_lists(config: Any, old_layers: int | None) -> None:
         setattr(config, name, value[:layers])
 
 
+_MROPE_DEFAULT = [16, 24, 24]  # the (t, h, w) split most multimodal-RoPE models fall back to
+
+
 def _shrink_rope_sections(config: Any) -> None:
-    """Multimodal RoPE sections (``mrope_section``) must add up to half the (shrunk) rotary dimension."""
+    """Multimodal RoPE sections (``mrope_section``) must add up to half the (shrunk) rotary dimension.
+
+    Configs that declare ``mrope_section`` (``ignore_keys_at_rope_validation``) but leave it out of their
+    defaults get one: their models fall back to a full-size split hard-coded in the modeling code.
+    """
+    uses_mrope = "mrope_section" in (getattr(type(config), "ignore_keys_at_rope_validation", None) or ())
     for value in vars(config).values():
-        if not isinstance(value, dict) or not _ints(value.get("mrope_section")):
+        if not isinstance(value, dict):
+            continue
+        if uses_mrope and "rope_theta" in value and value.get("mrope_section") is None:
+            value["mrope_section"] = list(_MROPE_DEFAULT)
+        if not _ints(value.get("mrope_section")):
             continue
         sections = value["mrope_section"]
         head_dim = vars(config).get("head_dim") or HEAD_DIM
         rotary = int(head_dim * value.get("partial_rotary_factor", vars(config).get("partial_rotary_factor", 1.0)))
+        if rotary // 2 < len(sections) and "partial_rotary_factor" in value:  # too few rotary dims for one per section
+            value["partial_rotary_factor"] = rotary_factor = 2 * len(sections) / head_dim
+            rotary = int(head_dim * rotary_factor)
         half = max(rotary // 2, len(sections))
         scaled = [max(1, v * half // sum(sections)) for v in sections]
-        scaled[scaled.index(max(scaled))] += half - sum(scaled)
+        # The remainder goes to the last section so that equal sections stay equal (Ernie pairs h with w).
+        scaled[-1] += half - sum(scaled)
         value["mrope_section"] = type(sections)(scaled)
 
 
@@ -288,6 +358,10 @@ def _shrink_images(config: Any) -> None:
         config.image_size = type(image)([IMAGE, IMAGE])
         if isinstance(fields.get("patch_size"), int) and fields["patch_size"] > PATCH:
             config.patch_size = PATCH
+    stride, patch = fields.get("output_stride"), fields.get("patch_size")
+    if isinstance(stride, int) and isinstance(patch, int) and isinstance(fields.get("image_size"), int):
+        # MobileViT: the last stage (image / output_stride) must still hold one patch
+        config.image_size = max(config.image_size, stride * patch)
     window, depths, patch = fields.get("window_size"), fields.get("depths"), fields.get("patch_size")
     if isinstance(window, int) and isinstance(depths, (list, tuple)) and isinstance(patch, int) and "image_size" in fields:
         # Windowed hierarchical encoders (Swin-like): every stage's resolution must be a multiple of the window,
@@ -320,7 +394,22 @@ def build_tiny(name: str, seed: int = 0, batch: int = BATCH, sequence: int = SEQ
     config = shrink_config(cls.config_class())
     torch.manual_seed(seed)
     model = cls(config).eval()
+    _break_router_ties(model, seed)
     return TinyModel(model, sample_inputs(model, batch=batch, sequence=sequence, seed=seed))
+
+
+def _break_router_ties(model: torch.nn.Module, seed: int) -> None:
+    """Randomise MoE router weights that the model initialises to zero (Afmoe's ``router.gate``).
+
+    With every router score equal, top-k picks experts by tie-breaking, which differs between eager and a
+    runtime (ONNX Runtime's TopK takes the lowest indices): the comparison would test tie-breaking, not
+    the export. Trained routers have no such ties.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "router" in name and parameter.dim() == 2 and not parameter.any():
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
 
 
 def load_local(directory: Path, seed: int = 0) -> TinyModel:
@@ -357,9 +446,19 @@ def _image_size(config: Any) -> tuple[int, int]:
     return int(size[0]), int(size[-1])
 
 
-def _input_features(config: Any, batch: int, generator: torch.Generator) -> torch.Tensor:
-    if hasattr(config, "max_source_positions") and hasattr(config, "num_mel_bins"):  # Whisper-like
-        return torch.randn(batch, config.num_mel_bins, 2 * config.max_source_positions, generator=generator)
+def _input_features(
+    config: Any, batch: int, generator: torch.Generator, model: torch.nn.Module | None = None
+) -> torch.Tensor:
+    bins = getattr(config, "num_mel_bins", None)
+    if hasattr(config, "max_source_positions") and isinstance(bins, int):  # Whisper-like
+        return torch.randn(batch, bins, 2 * config.max_source_positions, generator=generator)
+    first_conv = next((m for m in model.modules() if isinstance(m, torch.nn.Conv1d)), None) if model else None
+    if isinstance(bins, int) and first_conv is not None and first_conv.in_channels == bins:
+        return torch.randn(batch, bins, 32, generator=generator)  # a convolutional front end: channels first
+    if isinstance(getattr(config, "feature_projection_input_dim", None), int):  # Wav2Vec2-BERT: stacked filter banks
+        return torch.randn(batch, 32, config.feature_projection_input_dim, generator=generator)
+    if isinstance(bins, int) and isinstance(getattr(config, "num_stacked_frames", None), int):  # low frame rate stacks
+        return torch.randn(batch, 32, bins * config.num_stacked_frames, generator=generator)
     width = getattr(config, "input_feat_per_channel", 16) * getattr(config, "input_channels", 1)
     return torch.randn(batch, 32, width, generator=generator)
 
@@ -391,8 +490,64 @@ def _make(name: str, config: Any, batch: int, sequence: int, generator: torch.Ge
     return None
 
 
+def _width(config: Any) -> int:
+    return next((getattr(config, f) for f in _HIDDEN_FIELDS if isinstance(getattr(config, f, None), int)), HIDDEN)
+
+
+def _patch_side(config: Any) -> int:
+    """Side of the square patch grid given to models that take images as patch sequences."""
+    pool = getattr(config, "pooling_kernel_size", None) or getattr(config, "spatial_merge_size", None)
+    return 2 * pool if isinstance(pool, int) else 4
+
+
+def _patch_width(config: Any) -> int:
+    patch = getattr(config, "patch_size", PATCH)
+    patch = patch if isinstance(patch, int) else int(patch[0])
+    channels = getattr(config, "num_channels", None) or getattr(config, "in_channels", 3)
+    return channels * getattr(config, "temporal_patch_size", 1) * patch * patch
+
+
+def _make_embeds(name: str, config: Any, batch: int, sequence: int, generator: torch.Generator) -> torch.Tensor | None:
+    """Embedding-level inputs, for models that take no token ids, pixels or audio (sub-modules of a larger model)."""
+    hidden = _width(config)
+    if name in ("inputs", "query_embeds", "noise_embeds"):  # Perceiver, Q-Former queries, drafter noise blocks
+        return torch.randn(batch, sequence, hidden, generator=generator)
+    if name == "latents":  # codec decoders (Mimi): channels first, one frame per step
+        return torch.randn(batch, hidden, sequence, generator=generator)
+    if name == "encoder_hidden_states" and isinstance(getattr(config, "encoder_hidden_size", None), int):
+        return torch.randn(batch, sequence, config.encoder_hidden_size, generator=generator)
+    if name == "context_hidden_states":  # speculative drafters: hidden states of several target-model layers
+        layers = len(getattr(config, "target_layer_ids", None) or [0])
+        return torch.randn(batch, sequence, hidden * layers, generator=generator)
+    return None
+
+
+def _make_patches(name: str, config: Any, batch: int, generator: torch.Generator) -> torch.Tensor | None:
+    """Images given as sequences of flattened patches, with their grid (position ids, masks, shapes)."""
+    side = _patch_side(config)
+    if name == "pixel_values":
+        return torch.randn(batch, side * side, _patch_width(config), generator=generator)
+    if name == "hidden_states":  # Qwen-VL-style vision towers: all images' patches in one sequence
+        return torch.randn(batch * side * side, _patch_width(config), generator=generator)
+    if name == "grid_thw":
+        return torch.tensor([[1, side, side]] * batch, dtype=torch.long)
+    if name == "pixel_position_ids":  # (x, y) of every patch
+        index = torch.arange(side * side)
+        return torch.stack([index % side, index // side], dim=-1).expand(batch, -1, -1).clone()
+    if name == "pixel_attention_mask":
+        return torch.ones(batch, side * side, dtype=torch.long)
+    if name == "spatial_shapes":
+        return torch.tensor([[side, side]] * batch, dtype=torch.long)
+    return None
+
+
 _PRIMARY = ("input_ids", "pixel_values", "input_values", "input_features")
 _COMPANIONS = ("attention_mask", "token_type_ids", "bbox")
+# Primaries of models that take none of the above (checked only then, in signature order).
+_EMBEDDING_PRIMARY = ("inputs", "query_embeds", "noise_embeds", "latents", "hidden_states")
+_EMBEDDING_COMPANIONS = ("encoder_hidden_states",)
+# Required inputs that describe a patch grid: the images are then given as patch sequences.
+_PATCH_GRID = ("grid_thw", "pixel_position_ids", "pixel_attention_mask", "spatial_shapes")
 
 
 def sample_inputs(
@@ -404,9 +559,14 @@ def sample_inputs(
     generator = torch.Generator().manual_seed(seed)
     wanted: list[str] = []
     primary = next((p for p in parameters if p in _PRIMARY), None)
+    embedded = primary is None
+    if embedded:
+        primary = next((p for p in parameters if p in _EMBEDDING_PRIMARY), None)
     if primary is None:
         raise TinyModelError(f"{type(model).__name__}: forward takes none of {', '.join(_PRIMARY)}")
     wanted.append(primary)
+    if embedded:
+        wanted += [p for p in _EMBEDDING_COMPANIONS if p in parameters]
     if primary == "input_ids":
         wanted += [p for p in _COMPANIONS if p in parameters]
         visual = hasattr(config, "vision_config") or isinstance(getattr(config, "image_size", None), int)
@@ -419,9 +579,16 @@ def sample_inputs(
             inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         if required and name not in wanted:
             wanted.append(name)
+    patches = any(p in wanted for p in _PATCH_GRID)
     inputs: dict[str, torch.Tensor] = {}
     for name in wanted:
-        value = _make(name, config, batch, sequence, generator)
+        value = _make_patches(name, config, batch, generator) if patches else None
+        if value is None and embedded:
+            value = _make_embeds(name, config, batch, sequence, generator)
+        if value is None and name == "input_features":
+            value = _input_features(config, batch, generator, model)
+        if value is None:
+            value = _make(name, config, batch, sequence, generator)
         if value is None and name.endswith("_mask") and primary in ("input_ids", "input_features"):
             value = torch.ones(inputs[primary].shape[:2], dtype=torch.long)  # a required mask: nothing masked
         if value is None:
