@@ -77,3 +77,20 @@ def test_nested_sub_configs_are_shrunk_consistently():
 def test_unknown_class_is_a_clear_error():
     with pytest.raises(TinyModelError, match="'NoSuchModel' is not a transformers model class"):
         build_tiny("NoSuchModel")
+
+
+def test_zero_initialised_router_is_randomised_and_one_expert_becomes_two():
+    """Afmoe zero-initialises its router: every top-k is a tie that ONNX Runtime breaks unlike eager.
+    HunYuanMoEV1 defaults to one expert (histc with min == max): a routed MoE needs at least two."""
+    afmoe = build_tiny("AfmoeModel").model
+    routers = [p for n, p in afmoe.named_parameters() if "router" in n and p.dim() == 2]
+    assert routers and all(p.any() for p in routers)
+    assert build_tiny("HunYuanMoEV1Model").model.config.num_experts == 2
+
+
+def test_mrope_sections_fit_the_shrunk_head_and_mla_keeps_one_key_per_head():
+    glm = build_tiny("Glm4vTextModel").model.config  # the full-size default [8, 12, 12] needs head_dim 64
+    sections = glm.rope_parameters["mrope_section"]
+    assert sum(sections) == glm.hidden_size // glm.num_attention_heads // 2 and min(sections) >= 1
+    deepseek = build_tiny("DeepseekV32Model").model.config
+    assert deepseek.num_key_value_heads == deepseek.num_attention_heads
