@@ -304,16 +304,18 @@ def installed_executorch_patches(backend: str, without: frozenset[str]) -> Itera
 @register_patch(
     "executorch.xnnpack",
     "executorch.backends.xnnpack.partition.config.generic_node_configs.UnsqueezeCopyConfig.check_constraints",
+    "executorch.backends.xnnpack.partition.config.gemm_configs.ConvolutionConfig.check_constraints",
     dependency="executorch",
 )
-def _patch_unsqueeze_partition_one_dynamic_dim(original: Callable) -> Callable:
-    """Keep ``unsqueeze_copy`` with more than one dynamic dim out of the XNNPACK delegate.
+def _patch_xnnpack_reshape_one_dynamic_dim(original: Callable) -> Callable:
+    """Keep nodes that XNNPACK lowers through a static reshape out of the delegate when they have more than
+    one dynamic dim: ``unsqueeze_copy``, and 1-d convolutions (run as 2-d between an unsqueeze and a squeeze).
 
-    XNNPACK lowers unsqueeze as a static reshape that allows one dynamic dim, and its visitor raises
-    ``XNNPACK reshape only supports 1 dynamic dimension`` in preprocessing; the partitioner config added by
-    pytorch/executorch#19261 checks only the unsqueezed dim, so any (batch, sequence)-dynamic graph with such an
-    unsqueeze (Cohere, ConvBERT, GPT-J rotary embeddings) fails to lower. Rejected here, the node runs as a
-    portable kernel. No upstream issue is filed yet.
+    XNNPACK's static reshape allows one dynamic dim, and its visitor raises ``XNNPACK reshape only supports 1
+    dynamic dimension`` in preprocessing; the partitioner configs (``UnsqueezeCopyConfig``, added by
+    pytorch/executorch#19261, and ``ConvolutionConfig``) do not check it, so any (batch, sequence)-dynamic
+    graph with such a node (Cohere, GPT-J rotary embeddings; ConvBERT's separable conv) fails to lower.
+    Rejected here, the node runs as a portable kernel. No upstream issue is filed yet.
     """
     from torch.fx.experimental.symbolic_shapes import free_symbols
 
@@ -321,7 +323,8 @@ def _patch_unsqueeze_partition_one_dynamic_dim(original: Callable) -> Callable:
         if not original(self, node, ep):
             return False
         shape = getattr(node.meta.get("val"), "shape", ())
-        return sum(1 for dim in shape if free_symbols(dim)) <= 1
+        reshaped = "convolution" not in str(node.target) or len(shape) == 3  # a 2-d conv needs no reshape
+        return not reshaped or sum(1 for dim in shape if free_symbols(dim)) <= 1
 
     return check_constraints
 

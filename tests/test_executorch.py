@@ -153,13 +153,29 @@ class TrailingUnsqueeze(torch.nn.Module):
         return self.linear(x).unsqueeze(-1) * 2.0
 
 
-def test_xnnpack_keeps_unsqueeze_with_two_dynamic_dims_out_of_the_delegate():
-    model, inputs = TrailingUnsqueeze(), {"x": torch.randn(2, 6, 8)}
-    shapes = {"x": {0: Dim("batch", min=1, max=4), 1: Dim("sequence", min=2, max=16)}}
+class SeparableConv(torch.nn.Module):
+    """A depthwise 1-d convolution over (batch, channels, sequence), as in ConvBERT's span-based conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(8, 8, 3, padding=1, groups=8)
+
+    def forward(self, x):
+        return self.conv(x) * 2.0
+
+
+@pytest.mark.parametrize(
+    ("model", "example", "dims"),
+    [(TrailingUnsqueeze, (2, 6, 8), (0, 1)), (SeparableConv, (2, 8, 6), (0, 2))],
+    ids=["unsqueeze", "conv1d"],
+)
+def test_xnnpack_keeps_reshaped_nodes_with_two_dynamic_dims_out_of_the_delegate(model, example, dims):
+    model, inputs = model(), {"x": torch.randn(*example)}
+    shapes = {"x": {dims[0]: Dim("batch", min=1, max=4), dims[1]: Dim("sequence", min=2, max=16)}}
     fixed = ExecutorchExporter(ExecutorchConfig(dynamic_shapes=shapes)).export(model, inputs, validate=True)
-    assert fixed.metadata.workarounds_fired["_patch_unsqueeze_partition_one_dynamic_dim"] >= 1
+    assert fixed.metadata.workarounds_fired["_patch_xnnpack_reshape_one_dynamic_dim"] >= 1
     assert len(fixed.validation.shapes) == 2  # the sample shape and a second one
-    without = ExecutorchConfig(dynamic_shapes=shapes, without=frozenset({"_patch_unsqueeze_partition_one_dynamic_dim"}))
+    without = ExecutorchConfig(dynamic_shapes=shapes, without=frozenset({"_patch_xnnpack_reshape_one_dynamic_dim"}))
     with pytest.raises(RuntimeError, match="XNNPACK reshape only supports 1 dynamic dimension"):
         ExecutorchExporter(without).export(model, inputs)
 
