@@ -396,13 +396,15 @@ def dynamic_dim_ranges(program: ExportedProgram) -> dict[str, dict[str, Any]]:
 
 
 def second_shape_inputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Inputs of another size along every symbolic dim, consistent with the program's constraints.
+    """Inputs of another size along every symbolic dim the program allows to move.
 
-    Each free symbol moves one step (up when its range allows, else down); dims that are expressions of
-    symbols (``2*s0``) follow. Values keep the originals' character: constant tensors (attention masks)
-    stay constant, integer tensors repeat the originals' rows (ids stay in range, boxes stay boxes), floats
-    keep mean and spread.
-    Returns None when the program has no symbolic dim.
+    Each free symbol, in turn, takes the nearest size within its range (1..8, 16 or 32 up, else down) that
+    passes the program's own guards; dims that are expressions of symbols (``2*s0``) follow. torch.export
+    records the divisibility it relied on as guards (a Swin backbone's ``width % 4 == 0`` and more), and
+    inputs violating them would compare the artifact outside the shapes it was exported for; a symbol no
+    other size satisfies stays put. Values keep the originals' character: constant tensors (attention
+    masks) stay constant, integer tensors repeat the originals' rows (ids stay in range, boxes stay
+    boxes), floats keep mean and spread. Returns None when the program has no symbolic dim.
     """
     sizes = _user_input_sizes(program)
     hints: dict[sympy.Symbol, int] = {}
@@ -412,11 +414,27 @@ def second_shape_inputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> 
                 hints[size.node.expr] = int(inputs[name].shape[index])
     if not hints:
         return None
-    moved = {}
+    guards = getattr(program.module(), "_guards_fn", None)
+    moved = dict(hints)
     for symbol, hint in hints.items():
         bounds = program.range_constraints.get(symbol)
-        upper = bounds.upper if bounds is not None and isinstance(bounds.upper, sympy.Integer) else None
-        moved[symbol] = hint + 1 if upper is None or hint + 1 <= int(upper) else max(hint - 1, 2)
+        lower = int(bounds.lower) if bounds is not None and isinstance(bounds.lower, sympy.Integer) else 2
+        upper = int(bounds.upper) if bounds is not None and isinstance(bounds.upper, sympy.Integer) else None
+        steps = (*range(1, 9), 16, 32)
+        candidates = [hint + d for d in steps if upper is None or hint + d <= upper]
+        candidates += [hint - d for d in steps if hint - d >= max(lower, 2)]
+        for size in candidates:
+            trial = _moved_inputs(inputs, sizes, moved | {symbol: size})
+            if guards is None or _passes(guards, trial):
+                moved[symbol] = size
+                break
+    return _moved_inputs(inputs, sizes, moved)
+
+
+def _moved_inputs(
+    inputs: Mapping[str, Any], sizes: dict[str, tuple[Any, ...]], moved: Mapping[sympy.Symbol, int]
+) -> dict[str, Any]:
+    """``inputs`` resampled to the sizes that ``moved`` (symbol → size) gives their symbolic dims."""
     generator = torch.Generator().manual_seed(1234)
     second: dict[str, Any] = dict(inputs)
     for name, shape in sizes.items():
@@ -424,6 +442,15 @@ def second_shape_inputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> 
         if new_shape != list(inputs[name].shape):
             second[name] = _resample(inputs[name], new_shape, generator)
     return second
+
+
+def _passes(guards: torch.nn.Module, candidate: Mapping[str, Any]) -> bool:
+    """Whether ``candidate`` passes the program's input guards (the check its ``module()`` runs first)."""
+    try:
+        guards(*pytree.tree_leaves(list(candidate.values())))
+    except AssertionError:
+        return False
+    return True
 
 
 def _resample(original: torch.Tensor, shape: list[int], generator: torch.Generator) -> torch.Tensor:

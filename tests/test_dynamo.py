@@ -256,3 +256,22 @@ def test_second_shape_integer_inputs_keep_each_rows_structure():
     assert grown.shape == (2, 4, 4)
     assert (grown[..., 2] >= grown[..., 0]).all() and (grown[..., 3] >= grown[..., 1]).all()
     assert {tuple(row) for row in grown.reshape(-1, 4).tolist()} == {tuple(row) for row in boxes[0].tolist()}
+
+
+class PadToFour(torch.nn.Module):
+    """A branch on ``width % 4`` (as Swin's maybe_pad): torch.export keeps it as a guard on the input."""
+
+    def forward(self, x):
+        if x.shape[1] % 4 != 0:
+            x = torch.nn.functional.pad(x, (0, 4 - x.shape[1] % 4))
+        return x.reshape(x.shape[0], -1, 4).sum(-1)
+
+
+def test_second_shape_respects_the_programs_guards():
+    """MaskFormer's dynamic ONNX 'mismatch' came from a second shape (33 × 33) that the exported program's
+    own guards reject; the artifact was compared outside the shapes it was exported for."""
+    shapes = {"x": {0: torch.export.Dim.AUTO(min=1, max=8), 1: torch.export.Dim.AUTO(min=2, max=64)}}
+    result = DynamoExporter(DynamoConfig(dynamic_shapes=shapes)).export(PadToFour(), {"x": torch.randn(2, 8)})
+    second = exporter_dynamo.second_shape_inputs(result.artifact, {"x": torch.randn(2, 8)})
+    assert second["x"].shape == (3, 12)  # batch + 1; width to the next multiple of 4, not 9
+    result.artifact.module()(**second)  # passes the guards
