@@ -46,7 +46,6 @@ from rich.console import Console
 from rich.table import Table
 
 from bot.candidate import (
-    DEFAULT_RESULTS,
     DEFAULT_SAMPLE,
     CandidateCheck,
     describe_row,
@@ -625,7 +624,7 @@ def audit_command(
     )  # fmt: skip
     if environment is not None:
         report.candidate_check = run_candidate_check(
-            environment, report.candidate_removable(), regression_files or DEFAULT_RESULTS, pins,
+            environment, report.candidate_removable(), regression_files, pins,
             regression_sample, timeout,
             progress=lambda e: click.echo(f"regression check: {e.model} {e.backend}/{e.mode}", err=True),
         )  # fmt: skip

@@ -50,7 +50,7 @@ from bot.venvs import (
 from bot.verdict import error_excerpt, evidence_of
 
 DEFAULT_SAMPLE = 8
-DEFAULT_RESULTS = tuple(sorted((REPO_ROOT / "sweeps").glob("*.jsonl")))
+SWEEPS_DIR = REPO_ROOT / "sweeps"  # the committed sweep results: the default regression sample source
 REGRESSION, STALE, HOLDS = "regression", "fails at the pins too", "pass"
 
 
@@ -215,7 +215,9 @@ def run_candidate_check(
     timeout: float,
     progress: Callable[[Export], None] = lambda export: None,
 ) -> CandidateCheck:
-    """The regression half of a candidate audit (the removal half is the audit's own re-runs)."""
+    """The regression half of a candidate audit (the removal half is the audit's own re-runs).
+    ``results``: sweep result files to sample from; empty means the committed ``sweeps/*.jsonl``."""
+    results = results or sorted(SWEEPS_DIR.glob("*.jsonl"))
     try:
         records = [record for path in results for record in read_results(path)]
     except ResultsError as error:

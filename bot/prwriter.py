@@ -38,7 +38,7 @@ from bot.runner import PASS
 from bot.verdict import NOT_DUE, REMOVABLE, STILL_NEEDED, UNKNOWN
 from bot.verification import Verification
 from bot.workaround_removal import NotSelfContained, remove_workaround_text
-from exporters.ledger import SCOPES, Ledger, load_ledger, remove_entry
+from exporters.ledger import SCOPES, Ledger, LedgerEntry, load_ledger, remove_entry
 
 REPORT_SCHEMA = 1
 PR_MARKER = "<!-- exportbot:shrink-pr -->"
@@ -288,24 +288,10 @@ def select_proposals(
     chosen: dict[str, Proposal] = {}
     turned_down: dict[str, int] = {}
     for entry_id, (proposal, note) in candidates.items():
-        entry = base_entries.get(entry_id)
         refused = next((n for n, p in closed if p.id == entry_id and p.basis == proposal.basis), None)
-        if proposal.is_workaround:
-            text = (base_sources or {}).get(proposal.source or "", "")
-            if not re.search(rf"^def {re.escape(entry_id)}\(", text, re.MULTILINE):
-                notes[entry_id] = f"not defined in {proposal.source or 'an unknown file'} on the base branch"
-            elif refused is not None:
-                turned_down[entry_id] = refused
-                notes[entry_id] = (
-                    f"not proposed again: #{refused} was closed unmerged at this upstream state and these pins"
-                )
-            else:
-                chosen[entry_id] = proposal
-                notes[entry_id] = note
-        elif entry is None:
-            notes[entry_id] = "not in the base branch's ledger"
-        elif entry.models != proposal.models or entry.list_name != proposal.list_name:
-            notes[entry_id] = "listed differently on the base branch than in the audit; audit again"
+        absent = _absent_from_base(proposal, base_entries.get(entry_id), base_sources or {})
+        if absent is not None:
+            notes[entry_id] = absent
         elif refused is not None:
             turned_down[entry_id] = refused
             notes[entry_id] = (
@@ -316,7 +302,7 @@ def select_proposals(
             notes[entry_id] = note
     # Entries already in the PR keep their place; new ones queue in ledger order (then workarounds by
     # name) behind the cap.
-    position = {e.id: (0, str(n).zfill(6)) for n, e in enumerate(base_ledger.entries)}
+    position: dict[str, tuple[int, int | str]] = {e.id: (0, n) for n, e in enumerate(base_ledger.entries)}
     position |= {i: (1, i) for i, p in chosen.items() if p.is_workaround}
     queue = sorted(chosen, key=lambda i: (i not in earlier, position[i]))
     for entry_id in queue[max_proposals:]:
@@ -325,6 +311,21 @@ def select_proposals(
     ordered = tuple(chosen[i] for i in sorted(chosen, key=position.__getitem__))
     order = [*rows, *(i for i in earlier if i not in rows)]  # report order, then entries it lacked
     return Selection(ordered, {i: notes[i] for i in order}, turned_down)
+
+
+def _absent_from_base(proposal: Proposal, entry: LedgerEntry | None, base_sources: Mapping[str, str]) -> str | None:
+    """Why the base branch no longer holds what ``proposal`` removes (a workaround's ``def``, or the ledger
+    entry as audited); None when it does."""
+    if proposal.is_workaround:
+        text = base_sources.get(proposal.source or "", "")
+        if re.search(rf"^def {re.escape(proposal.id)}\(", text, re.MULTILINE):
+            return None
+        return f"not defined in {proposal.source or 'an unknown file'} on the base branch"
+    if entry is None:
+        return "not in the base branch's ledger"
+    if entry.models != proposal.models or entry.list_name != proposal.list_name:
+        return "listed differently on the base branch than in the audit; audit again"
+    return None
 
 
 # ── Registry edits ──

@@ -26,6 +26,7 @@ was done so far is printed; the next run completes it); 2 bad options, configura
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -102,6 +103,11 @@ class PullInfo:
     body: str
     labels: tuple[str, ...]
     url: str
+
+    @functools.cached_property
+    def proposals(self) -> list[Proposal]:
+        """What this PR proposes, read back from its body's hidden blocks (once)."""
+        return parse_pr_body(self.body)
 
 
 @dataclass(frozen=True)
@@ -185,7 +191,7 @@ def plan_shrink(
 ) -> ShrinkPlan:  # fmt: skip
     """The plan for this report and repository state; ``base_dir`` holds the base's ledger files."""
     pull = state.open_pull
-    previous = parse_pr_body(pull.body) if pull else []
+    previous = pull.proposals if pull else []
     selection = select_proposals(
         report, ledger, previous, state.closed, config.runs, base_sources=state.base_files
     )
@@ -377,7 +383,7 @@ class _Session:
             if p.state == "closed" and p.merged_at is None
             for proposal in parse_pr_body(p.body)
         )
-        proposed = parse_pr_body(open_pull.body) if open_pull else []
+        proposed = open_pull.proposals if open_pull else []
         sources = set(source_paths) | {p.source for p in proposed if p.is_workaround and p.source}
         for path in sorted(sources - set(base_files)):
             text = self._text(path, base_sha)
