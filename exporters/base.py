@@ -81,14 +81,28 @@ class StageClock:
 
 @dataclass
 class ExportRun:
-    """What every exporter's ``export()`` keeps while its stages run: which workarounds fired, stage timings."""
+    """What every exporter's ``export()`` keeps while its stages run: which workarounds fired, stage timings.
+
+    ``finish()`` closes the books: ``total`` is the whole export call so far and ``other`` what no named
+    stage covers, so the named parts plus ``other`` add up to ``total`` (nothing an export spends is hidden).
+    """
 
     hits: HitLog
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    started: float = field(default_factory=time.perf_counter)
 
     @property
     def clock(self) -> StageClock:
         return StageClock(self.stage_seconds)
+
+    def finish(self) -> dict[str, float]:
+        total = time.perf_counter() - self.started
+        self.stage_seconds.pop("total", None)
+        self.stage_seconds.pop("other", None)
+        named = sum(self.stage_seconds.values())
+        self.stage_seconds["other"] = round(max(total - named, 0.0), 4)
+        self.stage_seconds["total"] = round(max(total, named), 4)
+        return self.stage_seconds
 
 
 def start_export(model: torch.nn.Module, without: frozenset[str]) -> ExportRun:
@@ -97,6 +111,13 @@ def start_export(model: torch.nn.Module, without: frozenset[str]) -> ExportRun:
     check_disabled_names(without)
     model.eval()
     return ExportRun(HitLog(disabled=without))
+
+
+def _add_stage(stage_seconds: dict[str, float], name: str, seconds: float) -> None:
+    """Book ``seconds`` under ``name`` and in ``total`` (validation runs after the export's books closed)."""
+    stage_seconds[name] = round(stage_seconds.get(name, 0.0) + seconds, 4)
+    if "total" in stage_seconds:
+        stage_seconds["total"] = round(stage_seconds["total"] + seconds, 4)
 
 
 @dataclass
@@ -126,6 +147,7 @@ class ExportResult:
 
     def validate(self, raise_on_failure: bool = True) -> ValidationReport:
         """Compare the artifact with eager at the sample shape and, for dynamic exports, a second shape."""
+        started = time.perf_counter()
         report = ValidationReport(self.atol, self.rtol)
         cases = [("sample shape", self.inputs)]
         if self.second_inputs is not None:
@@ -135,6 +157,7 @@ class ExportResult:
                 check_shape(label, inputs, lambda kw: self.model(**kw), self.run_artifact, self.atol, self.rtol)
             )
         self.validation = report
+        _add_stage(self.metadata.stage_seconds, "validation", time.perf_counter() - started)
         if raise_on_failure:
             report.raise_for_status()
         return report

@@ -71,23 +71,30 @@ class DynamoExporter:
     def export(self, model: torch.nn.Module, inputs: Mapping[str, Any], *, validate: bool = False) -> ExportResult:
         run = start_export(model, self.config.without)
         inputs = dict(inputs)
+        clock = run.clock
         with tracking_hits(run.hits):
-            program = self.export_program(model, inputs, run.clock)
+            program = self.export_program(model, inputs, clock)
+        with clock("metadata"):
+            metadata = describe_export(self.backend, model, inputs, program, self.config, run)
+        with clock("second-shape inputs"):
+            second_inputs = second_shape_inputs(program, inputs) if self.config.dynamic else None
+        run.finish()
         return ExportResult(
             artifact=program,
-            metadata=describe_export(self.backend, model, inputs, program, self.config, run),
+            metadata=metadata,
             model=model,
             inputs=inputs,
             run_artifact=lambda kw: [t for _, t in named_tensors(program.module()(**kw))],
             save_artifact=lambda out: _save_program(program, out / "model.pt2"),
             atol=self.config.atol,
             rtol=self.config.rtol,
-            second_inputs=second_shape_inputs(program, inputs) if self.config.dynamic else None,
+            second_inputs=second_inputs,
         ).validated_if(validate)
 
     def export_program(self, model: torch.nn.Module, inputs: dict[str, Any], clock: StageClock) -> ExportedProgram:
         """Stages 1-5 around one ``torch.export.export`` call (also used by the ONNX and ExecuTorch exporters)."""
-        register_pytree_types(model)
+        with clock("pytree registration"):
+            register_pytree_types(model)
         dynamic_shapes = dynamic_shapes_for(inputs, self.config)
         with (
             clock("torch.export"),

@@ -23,6 +23,7 @@ tracing if a dim it leaves dynamic has no upper bound.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,36 +118,50 @@ class ExecutorchExporter:
 
     def __init__(self, config: ExecutorchConfig | None = None):
         self.config = config or ExecutorchConfig()
+        # ExecuTorch's lowering stack takes ~3-4 s to import. The exporter module imports it lazily so that
+        # listing workarounds stays cheap; an exporter that will lower pays it here, not inside export(),
+        # so an export call's time is the export's own (as with transformers.exporters, which imports it
+        # with its module).
+        import executorch.exir  # noqa: F401
 
     def export(self, model: torch.nn.Module, inputs: Mapping[str, Any], *, validate: bool = False) -> ExportResult:
         config = self.config
         prepare = _BACKEND_PREPARE[config.backend]
+        started = time.perf_counter()
         # Backend first: a missing device must fail before anything touches the model (not even eval()).
         model, inputs, partitioners = prepare(model, dict(inputs))
         run = start_export(model, config.without)
+        run.started = started
         clock = run.clock
-        dynamo = DynamoExporter(
-            DynamoConfig(dynamic_shapes=self._dynamic_shapes(inputs), without=config.without)
-        )
-        # ExecuTorch (~3 s to import) is imported where it is used, so listing workarounds stays cheap.
+        run.stage_seconds["backend preparation"] = round(time.perf_counter() - started, 4)
+        dynamic_shapes = self._dynamic_shapes(inputs)
+        dynamo = DynamoExporter(DynamoConfig(dynamic_shapes=dynamic_shapes, without=config.without))
         from executorch.exir import to_edge_transform_and_lower
 
-        with tracking_hits(run.hits), installed_executorch_patches(config.backend, config.without):
+        with (
+            tracking_hits(run.hits),
+            installed_executorch_patches(config.backend, config.without, dynamic=dynamic_shapes is not None),
+        ):
             program = dynamo.export_program(model, inputs, clock)
             require_bounded_dims(program)
-            apply_program_fixes(program)
-            apply_node_fixes(program, config.backend)
+            with clock("fx fixes"):
+                apply_program_fixes(program)
+                apply_node_fixes(program, config.backend)
             with clock("to_edge_transform_and_lower"):
                 edge = to_edge_transform_and_lower(program, partitioner=partitioners)
             with clock("to_executorch"):
                 lowered = edge.to_executorch()
-        metadata = describe_export(self.backend, model, inputs, program, config, run)
+        with clock("metadata"):
+            metadata = describe_export(self.backend, model, inputs, program, config, run)
         metadata.dynamic = bool(metadata.dynamic_dims)
         if metadata.dynamic_dims:
             metadata.notes.append(
                 "dynamic dims are bounded (dynamic_dims max): the runtime rejects larger inputs and plans memory "
                 "for the maxima; a min of 2 is torch.export's 0/1 specialisation, size 1 is not covered by guards"
             )
+        with clock("second-shape inputs"):
+            second_inputs = second_shape_inputs(program, inputs)
+        run.finish()
         return ExportResult(
             artifact=lowered,
             metadata=metadata,
@@ -156,7 +171,7 @@ class ExecutorchExporter:
             save_artifact=lambda out: _save_pte(lowered.buffer, out / "model.pte"),
             atol=config.atol,
             rtol=config.rtol,
-            second_inputs=second_shape_inputs(program, inputs),
+            second_inputs=second_inputs,
         ).validated_if(validate)
 
     def _dynamic_shapes(self, inputs: Mapping[str, Any]) -> Any:
@@ -284,17 +299,22 @@ def prepare_for_cuda(
 
 
 # ── Stage 2: Torch patches ──
-# Nesting, outermost first: ``executorch`` (every backend), then ``executorch.<backend>``, then ``dynamo``
-# (installed by ``DynamoExporter.export_program`` inside). When two levels patch one target, the inner one
-# receives the outer replacement as its ``original``. Patches stay installed through lowering, because
-# ``to_edge_transform_and_lower`` re-traces the program (``run_decompositions``).
+# Nesting, outermost first: ``executorch`` (every backend), then ``executorch.<backend>``, then
+# ``executorch.<backend>.dynamic`` (only for exports with dynamic shapes: a workaround that matters only for
+# symbolic dims costs a static export nothing), then ``dynamo`` (installed by ``DynamoExporter.export_program``
+# inside). When two levels patch one target, the inner one receives the outer replacement as its
+# ``original``. Patches stay installed through lowering, because ``to_edge_transform_and_lower`` re-traces the
+# program (``run_decompositions``).
 @contextlib.contextmanager
-def installed_executorch_patches(backend: str, without: frozenset[str]) -> Iterator[list[str]]:
+def installed_executorch_patches(backend: str, without: frozenset[str], *, dynamic: bool) -> Iterator[list[str]]:
     with (
         installed_patches("executorch", without) as common,
         installed_patches(f"executorch.{backend}", without) as own,
+        (
+            installed_patches(f"executorch.{backend}.dynamic", without) if dynamic else contextlib.nullcontext([])
+        ) as dynamic_only,
     ):
-        yield [*common, *own]
+        yield [*common, *own, *dynamic_only]
 
 
 # ── Stage 3: ExecuTorch patches ──
@@ -302,7 +322,7 @@ def installed_executorch_patches(backend: str, without: frozenset[str]) -> Itera
 # valid (dynamic-shape) graphs, ``@register_patch("executorch.<backend>", ...)`` for one backend's internals;
 # installed by stage 2's ``installed_executorch_patches``.
 @register_patch(
-    "executorch.xnnpack",
+    "executorch.xnnpack.dynamic",
     "executorch.backends.xnnpack.partition.config.generic_node_configs.UnsqueezeCopyConfig.check_constraints",
     "executorch.backends.xnnpack.partition.config.gemm_configs.ConvolutionConfig.check_constraints",
     dependency="executorch",
@@ -316,6 +336,10 @@ def _patch_xnnpack_reshape_one_dynamic_dim(original: Callable) -> Callable:
     pytorch/executorch#19261, and ``ConvolutionConfig``) do not check it, so any (batch, sequence)-dynamic
     graph with such a node (Cohere, GPT-J rotary embeddings; ConvBERT's separable conv) fails to lower.
     Rejected here, the node runs as a portable kernel. No upstream issue is filed yet.
+
+    Delegation cost: each rejected node leaves the XNNPACK delegate (and splits it), so this is scoped to
+    dynamic exports (``executorch.xnnpack.dynamic``) and rejects only nodes with two or more symbolic dims;
+    static exports delegate exactly as without it.
     """
     from torch.fx.experimental.symbolic_shapes import free_symbols
 

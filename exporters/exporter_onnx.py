@@ -78,7 +78,8 @@ class OnnxExporter:
             dynamic=self.config.dynamic, dynamic_shapes=self.config.dynamic_shapes, without=self.config.without))
         with tracking_hits(run.hits), installed_patches("onnx", self.config.without):
             program = dynamo.export_program(model, inputs, clock)
-            apply_fx_node_fixes(program.graph_module, "onnx")
+            with clock("fx node fixes"):
+                apply_fx_node_fixes(program.graph_module, "onnx")
             with clock("torch.onnx.export"):
                 onnx_program = torch.onnx.export(
                     program,
@@ -90,12 +91,16 @@ class OnnxExporter:
                     custom_translation_table=translation_table(self.config.without),
                     verbose=False,
                 )
-        metadata = describe_export(self.backend, model, inputs, program, self.config, run)
+        with clock("metadata"):
+            metadata = describe_export(self.backend, model, inputs, program, self.config, run)
         with clock("ir fixes"), tracking_hits(run.hits):
             name_graph(onnx_program.model, metadata.output_names, metadata.input_names)
             apply_ir_fixes(onnx_program.model, self.config.without)
         metadata.workarounds_fired = dict(sorted(run.hits.counts.items()))
         session = functools.cache(lambda: _session(onnx_program.model))  # only validation pays for it
+        with clock("second-shape inputs"):
+            second_inputs = second_shape_inputs(program, inputs) if self.config.dynamic else None
+        run.finish()
         return ExportResult(
             artifact=onnx_program.model,
             metadata=metadata,
@@ -105,7 +110,7 @@ class OnnxExporter:
             save_artifact=lambda out: save_model(onnx_program.model, out / "model.onnx"),
             atol=self.config.atol,
             rtol=self.config.rtol,
-            second_inputs=second_shape_inputs(program, inputs) if self.config.dynamic else None,
+            second_inputs=second_inputs,
         ).validated_if(validate)
 
 

@@ -58,7 +58,10 @@ def test_static_bert_runs_in_executorch_runtime_and_matches_eager(et_export):
     assert set(report.max_abs_diff) == set(result.metadata.output_names) == {"last_hidden_state", "pooler_output"}
     assert all(diff <= 1e-4 for diff in report.max_abs_diff.values())
     assert result.metadata.dynamic is False and result.metadata.dynamic_dims == {}
-    assert {"torch.export", "to_edge_transform_and_lower", "to_executorch"} <= set(result.metadata.stage_seconds)
+    seconds = result.metadata.stage_seconds
+    assert {"torch.export", "to_edge_transform_and_lower", "to_executorch", "metadata", "total"} <= set(seconds)
+    parts = sum(v for k, v in seconds.items() if k not in {"total", "validation"})
+    assert parts == pytest.approx(seconds["total"] - seconds.get("validation", 0.0), abs=2e-3)
 
 
 def test_dynamic_llama_records_bounds_and_validates_a_second_shape(et_export):
@@ -178,6 +181,17 @@ def test_xnnpack_keeps_reshaped_nodes_with_two_dynamic_dims_out_of_the_delegate(
     without = ExecutorchConfig(dynamic_shapes=shapes, without=frozenset({"_patch_xnnpack_reshape_one_dynamic_dim"}))
     with pytest.raises(RuntimeError, match="XNNPACK reshape only supports 1 dynamic dimension"):
         ExecutorchExporter(without).export(model, inputs)
+
+
+def test_dynamic_only_xnnpack_patch_costs_a_static_export_nothing():
+    """Scoped to ``executorch.xnnpack.dynamic``: a static export neither installs nor runs it, and delegates
+    the same nodes as an export without it."""
+    model, inputs = TrailingUnsqueeze(), {"x": torch.randn(2, 6, 8)}
+    static = ExecutorchExporter(ExecutorchConfig()).export(model, inputs, validate=True)
+    assert "_patch_xnnpack_reshape_one_dynamic_dim" not in static.metadata.workarounds_fired
+    assert static.validation.status == "pass"
+    bare = ExecutorchConfig(without=frozenset({"_patch_xnnpack_reshape_one_dynamic_dim"}))
+    assert static.artifact.buffer == ExecutorchExporter(bare).export(model, inputs).artifact.buffer
 
 
 def test_cuda_without_a_gpu_fails_clearly_before_any_work(monkeypatch):

@@ -72,3 +72,12 @@ def test_stage_banners_are_in_order_and_workarounds_greppable():
     assert [int(n) for n in re.findall(r"^# ── Stage (\d+):", source, flags=re.M)] == [1, 2, 3, 4, 5]
     workarounds = re.findall(r"^def ((?:_patch_|_fix_|_aten_)\w+)", source, flags=re.M)
     assert "_fix_reshape_of_strided" in workarounds and "_patch_prepare_for_export" in workarounds
+
+
+def test_stage_seconds_account_for_the_whole_export_call(onnx_export):
+    """Every second of ``export()`` is booked: named stages plus ``other`` add up to ``total``."""
+    seconds = onnx_export("BertModel", True).metadata.stage_seconds
+    assert {"torch.export", "torch.onnx.export", "ir fixes", "metadata", "second-shape inputs"} <= set(seconds)
+    parts = sum(v for k, v in seconds.items() if k not in {"total", "validation"})
+    assert parts == pytest.approx(seconds["total"] - seconds.get("validation", 0.0), abs=2e-3)
+    assert seconds["other"] < 0.05 * seconds["total"]

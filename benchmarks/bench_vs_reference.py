@@ -1,0 +1,407 @@
+"""Export time of our exporters against the bare torch path and transformers' own exporter, side by side.
+
+Run: ``HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_vs_reference.py`` (everything, ~1.5 h on 2 quiet
+cores), or narrow it: ``--backends onnx --modes static --models BertModel LlamaForCausalLM --repeat 2``.
+Writes benchmarks/results/vs_reference.json (one file, one truth: it replaces the older bench_executorch.py
+and bench_onnx_dynamo.py). ``--latency`` measures the exported models' own speed instead (see below).
+
+Export time. Three paths per (backend, mode, model), no validation timed:
+
+- bare: ``torch.export.export`` + ``torch.onnx.export(dynamo=True)``, or + ``to_edge_transform_and_lower
+  (XnnpackPartitioner)`` + ``to_executorch``: no workarounds. Dynamic exports use the same dynamic-shapes spec
+  ours builds (the spec is input, not workaround). Models returning a Cache get transformers' pytree
+  registration outside the timed region, as torch.export needs one.
+- ours: ``OnnxExporter`` / ``ExecutorchExporter`` with ``dynamic=`` the mode.
+- reference: ``transformers.exporters.AutoHfExporter.from_config(OnnxConfig|ExecutorchConfig(dynamic=))``.
+
+Every sample runs in a fresh child process (ours and the reference register different pytree flatteners for
+the same Cache classes, and the first registration in a process wins). The child imports both libraries,
+constructs the exporter, and exports a one-Linear module once (ExecuTorch builds its XNNPACK pattern graphs
+once per process; torch.onnx warms its registry), then builds the tiny model and times only the export call.
+The paths are interleaved per round, the order rotated each round, so load drift hits every column alike;
+each cell is the best of ``--repeat`` samples, and every sample is kept with the load average around it.
+
+Exported-model speed (``--latency``): for a decoder, an encoder and a vision model with a small but not
+trivial config (hidden 256, 4 layers), ours and the reference export once each (static), the artifacts are
+loaded from their files, and per-call latency is the median of ``--calls`` runs in ONNX Runtime / the
+ExecuTorch runtime, the two artifacts interleaved. For ``.pte`` files the share of graph nodes delegated to
+XNNPACK is reported for both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+MODELS = [
+    "BertModel",  # text encoder
+    "ModernBertModel",  # text encoder, sliding/global attention
+    "BigBirdModel",  # text encoder, block-sparse config
+    "LlamaForCausalLM",  # decoder
+    "CohereForCausalLM",  # decoder, interleaved rotary
+    "Qwen2MoeForCausalLM",  # mixture of experts
+    "T5ForConditionalGeneration",  # encoder-decoder
+    "MarianMTModel",  # encoder-decoder
+    "ViTForImageClassification",  # vision
+    "WhisperForConditionalGeneration",  # speech
+]
+PATHS = ["bare", "ours", "reference"]
+BACKENDS = ["onnx", "executorch"]
+MODES = ["static", "dynamic"]
+LATENCY_MODELS = {
+    "LlamaForCausalLM": {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4,
+                         "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 8000},
+    "BertModel": {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4,
+                  "num_attention_heads": 4, "vocab_size": 8000},
+    "ViTForImageClassification": {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4,
+                                  "num_attention_heads": 4, "image_size": 64, "patch_size": 8},
+}  # fmt: skip
+RESULT_PREFIX = "BENCH-RESULT "
+RESULTS = Path(__file__).parent / "results"
+
+
+# ── The three export paths (each runs in a child) ──
+def _dynamic_spec(inputs: dict[str, Any], backend: str) -> Any:
+    """The dynamic-shapes spec ours uses, so bare and ours trace the same problem."""
+    from exporters.exporter_dynamo import DynamoConfig, dynamic_shapes_for
+    from exporters.exporter_executorch import DEFAULT_MAX_BATCH, DEFAULT_MAX_SEQUENCE, bounded_dynamic_shapes
+
+    if backend == "executorch":
+        return bounded_dynamic_shapes(inputs, DEFAULT_MAX_BATCH, DEFAULT_MAX_SEQUENCE)
+    return dynamic_shapes_for(inputs, DynamoConfig(dynamic=True))
+
+
+def bare(backend: str, dynamic: bool, model: Any, inputs: dict[str, Any]) -> Any:
+    import torch
+
+    spec = _dynamic_spec(inputs, backend) if dynamic else None
+    with torch.no_grad():
+        program = torch.export.export(model, args=(), kwargs=inputs, dynamic_shapes=spec)
+    if backend == "onnx":
+        return torch.onnx.export(program, args=(), kwargs=inputs, dynamo=True, verbose=False)
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    return to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()]).to_executorch()
+
+
+def ours_exporter(backend: str, dynamic: bool) -> Any:
+    if backend == "onnx":
+        from exporters.exporter_onnx import OnnxConfig, OnnxExporter
+
+        return OnnxExporter(OnnxConfig(dynamic=dynamic))
+    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+
+    return ExecutorchExporter(ExecutorchConfig(dynamic=dynamic))
+
+
+def reference_exporter(backend: str, dynamic: bool) -> tuple[Any, Any]:
+    from transformers.exporters import AutoHfExporter
+    from transformers.exporters import ExecutorchConfig as HfExecutorchConfig
+    from transformers.exporters import OnnxConfig as HfOnnxConfig
+
+    config = HfOnnxConfig(dynamic=dynamic) if backend == "onnx" else HfExecutorchConfig("xnnpack", dynamic=dynamic)
+    return AutoHfExporter.from_config(config), config
+
+
+def _warm_up(backend: str) -> None:
+    """Once-per-process costs (imports, XNNPACK pattern graphs, torch.onnx's registry) outside every timing."""
+    import importlib
+
+    import torch
+
+    for module in ("exporters.exporter_onnx", "exporters.exporter_executorch",
+                   "transformers.exporters.exporter_onnx", "transformers.exporters.exporter_executorch"):
+        importlib.import_module(module)
+    bare(backend, False, torch.nn.Linear(8, 8), {"input": torch.randn(2, 8)})
+
+
+def _quiet() -> None:
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+
+
+def child(backend: str, mode: str, name: str, path: str) -> dict[str, Any]:
+    """One timed sample, in this (child) process."""
+    _quiet()
+    import copy
+
+    _warm_up(backend)
+    from exporters.tiny import build_tiny
+
+    dynamic = mode == "dynamic"
+    tiny = build_tiny(name)
+    model, inputs = tiny.model, dict(tiny.inputs)
+    if path == "bare":
+        from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+
+        register_cache_pytrees_for_model(model)
+        run = lambda: bare(backend, dynamic, model, inputs)  # noqa: E731
+    elif path == "ours":
+        exporter = ours_exporter(backend, dynamic)
+        run = lambda: exporter.export(model, inputs)  # noqa: E731
+    else:
+        exporter, config = reference_exporter(backend, dynamic)
+        run = lambda: exporter.export(model, copy.deepcopy(inputs), config)  # noqa: E731
+    load_before = os.getloadavg()[0]
+    start = time.perf_counter()
+    try:
+        result = run()
+    except Exception as error:  # a path that fails is reported with its error, never timed
+        lines = str(error).strip().splitlines()
+        return {"seconds": None, "error": f"{type(error).__name__}: {lines[0] if lines else ''}"[:300]}
+    sample: dict[str, Any] = {
+        "seconds": round(time.perf_counter() - start, 3),
+        "load_before": round(load_before, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+    }
+    if path == "ours":
+        sample["stage_seconds"] = result.metadata.stage_seconds
+    return sample
+
+
+# ── The parent: interleaved fresh-process samples ──
+def _child_result(command: list[str]) -> dict[str, Any]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    completed = subprocess.run(command, capture_output=True, text=True, env=env)
+    for line in completed.stdout.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line.removeprefix(RESULT_PREFIX))
+    tail = (completed.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"seconds": None, "error": f"child exited {completed.returncode}: {tail}"[:300]}
+
+
+def measure(backend: str, mode: str, name: str, repeat: int) -> dict[str, Any]:
+    """Best of ``repeat`` samples per path, interleaved and rotated; a failing path is not sampled again."""
+    samples: dict[str, list[dict[str, Any]]] = {path: [] for path in PATHS}
+    for round_ in range(repeat):
+        for path in PATHS[round_ % 3 :] + PATHS[: round_ % 3]:
+            if samples[path] and samples[path][-1]["seconds"] is None:
+                continue
+            taken = _child_result([sys.executable, __file__, "--child", backend, mode, name, path])
+            samples[path].append(taken)
+            print(f"{backend} {mode} {name} {path}: {taken.get('seconds')} {taken.get('error', '')}", flush=True)
+    row: dict[str, Any] = {"backend": backend, "mode": mode, "model": name}
+    for path, taken in samples.items():
+        timed = [s for s in taken if s["seconds"] is not None]
+        row[path] = min(timed, key=lambda s: s["seconds"]) | {"samples": [s["seconds"] for s in timed]} if timed \
+            else taken[-1]  # fmt: skip
+    row["ours_vs_reference"] = _ratio(row["ours"]["seconds"], row["reference"]["seconds"])
+    row["ours_vs_bare"] = _ratio(row["ours"]["seconds"], row["bare"]["seconds"])
+    return row
+
+
+def _ratio(ours: float | None, other: float | None) -> float | None:
+    return round(ours / other, 3) if ours and other else None
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (backend, mode): median and worst of each ratio over the models where both paths ran."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["backend"], row["mode"]), []).append(row)
+    summary = []
+    for (backend, mode), members in groups.items():
+        entry: dict[str, Any] = {"backend": backend, "mode": mode, "models": len(members)}
+        for key in ("ours_vs_reference", "ours_vs_bare"):
+            values = [r[key] for r in members if r[key] is not None]
+            entry[key] = {"median": round(statistics.median(values), 3), "max": max(values), "n": len(values)} \
+                if values else None  # fmt: skip
+        summary.append(entry)
+    return summary
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    def cell(value: Any) -> str:
+        return "fails" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
+
+    lines = [f"{'backend':<10} {'mode':<7} {'model':<32} {'bare':>7} {'ours':>7} {'ref':>7} {'o/ref':>6} {'o/bare':>6}"]
+    for r in rows:
+        lines.append(
+            f"{r['backend']:<10} {r['mode']:<7} {r['model']:<32} {cell(r['bare']['seconds']):>7} "
+            f"{cell(r['ours']['seconds']):>7} {cell(r['reference']['seconds']):>7} "
+            f"{cell(r['ours_vs_reference']):>6} {cell(r['ours_vs_bare']):>6}"
+        )
+    for r in rows:
+        for path in PATHS:
+            if r[path].get("error"):
+                lines.append(f"  {r['backend']} {r['mode']} {r['model']} {path}: {r[path]['error']}")
+    return "\n".join(lines)
+
+
+# ── Exported-model speed ──
+def _small_model(name: str) -> tuple[Any, dict[str, Any]]:
+    import torch
+
+    from exporters.tiny import model_class, sample_inputs
+
+    cls = model_class(name)
+    config = cls.config_class(**LATENCY_MODELS[name])
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    return model, dict(sample_inputs(model, batch=1, sequence=64, seed=0))
+
+
+def export_for_latency(backend: str, name: str, path: str, directory: Path) -> dict[str, Any]:
+    """Child: export ``name`` (small config, static) with ``path`` and write the artifact + inputs."""
+    _quiet()
+    import copy
+
+    import torch
+
+    model, inputs = _small_model(name)
+    suffix = ".onnx" if backend == "onnx" else ".pte"
+    artifact = directory / f"{name}-{path}{suffix}"
+    delegated = None
+    if path == "ours":
+        result = ours_exporter(backend, False).export(model, inputs)
+        result.save_artifact(directory).rename(artifact)
+        if backend == "executorch":
+            delegated = _delegation_share(result.artifact.exported_program())
+    else:
+        exporter, config = reference_exporter(backend, False)
+        exported = exporter.export(model, copy.deepcopy(inputs), config)
+        saved = directory / f"{name}-reference"
+        exported.save_pretrained(str(saved))
+        next(saved.glob(f"*{suffix}")).rename(artifact)  # its own file layout; the artifact is what we time
+        if backend == "executorch":
+            delegated = _delegation_share(exported.program.exported_program())
+    torch.save(inputs, directory / f"{name}-inputs.pt")
+    return {"artifact": str(artifact), "delegated_share": delegated}
+
+
+def _delegation_share(program: Any) -> dict[str, Any]:
+    """Operator nodes inside XNNPACK delegates vs operator nodes left to portable kernels."""
+    inside = outside = delegates = 0
+    for node in program.graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = str(node.target)
+        if "executorch_call_delegate" in target:
+            delegates += 1
+            lowered = getattr(program.graph_module, node.args[0].target)
+            inside += sum(1 for n in lowered.original_module.graph.nodes if n.op == "call_function")
+        elif "getitem" not in target and "sym_size" not in target:
+            outside += 1
+    total = inside + outside
+    return {"delegates": delegates, "delegated_nodes": inside, "portable_nodes": outside,
+            "share": round(inside / total, 3) if total else None}  # fmt: skip
+
+
+def time_artifacts(backend: str, name: str, artifacts: dict[str, str], inputs_file: Path, calls: int) -> dict:
+    """Median per-call latency of each artifact, loaded from its file, runs interleaved."""
+    import torch
+
+    inputs = torch.load(inputs_file)
+    runners = {}
+    for path, file in artifacts.items():
+        if backend == "onnx":
+            import onnxruntime as ort
+
+            session = ort.InferenceSession(file, providers=["CPUExecutionProvider"])
+            names = [i.name for i in session.get_inputs()]
+            feed = {k: v.numpy() for k, v in inputs.items() if k in names}
+            runners[path] = lambda s=session, f=feed: s.run(None, f)
+        else:
+            from executorch.runtime import Runtime
+
+            program = Runtime.get().load_program(Path(file))
+            method = program.load_method("forward")
+            flat = [v for v in inputs.values() if isinstance(v, torch.Tensor)]
+            runners[path] = lambda m=method, p=program, f=flat: m.execute(f)
+    for run in runners.values():
+        run()  # first call allocates
+    timings: dict[str, list[float]] = {path: [] for path in runners}
+    for _ in range(calls):
+        for path, run in runners.items():
+            start = time.perf_counter()
+            run()
+            timings[path].append(time.perf_counter() - start)
+    return {path: round(statistics.median(values) * 1000, 3) for path, values in timings.items()}
+
+
+def latency(backends: list[str], calls: int) -> list[dict[str, Any]]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-latency-") as scratch:
+        directory = Path(scratch)
+        for backend in backends:
+            for name in LATENCY_MODELS:
+                row: dict[str, Any] = {"backend": backend, "model": name, "config": LATENCY_MODELS[name]}
+                artifacts = {}
+                for path in ("ours", "reference"):
+                    made = _child_result([sys.executable, __file__, "--export-latency", backend, name, path, scratch])
+                    if made.get("error"):
+                        row[path] = {"error": made["error"]}
+                        continue
+                    artifacts[path] = made["artifact"]
+                    row[path] = {"delegated": made["delegated_share"]}
+                if artifacts:
+                    command = [sys.executable, __file__, "--time-latency", backend, name, json.dumps(artifacts),
+                               str(directory / f"{name}-inputs.pt"), str(calls)]  # fmt: skip
+                    medians = _child_result(command)
+                    for path in artifacts:
+                        row[path]["ms_per_call"] = medians.get(path)
+                    if {"ours", "reference"} <= set(artifacts) and medians.get("ours") and medians.get("reference"):
+                        row["ours_vs_reference"] = round(medians["ours"] / medians["reference"], 3)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", nargs=4, metavar=("BACKEND", "MODE", "MODEL", "PATH"), help=argparse.SUPPRESS)
+    parser.add_argument("--export-latency", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--time-latency", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=BACKENDS)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=MODES)
+    parser.add_argument("--models", nargs="+", default=MODELS)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--latency", action="store_true", help="measure the exported models' per-call latency")
+    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    if args.child:
+        print(RESULT_PREFIX + json.dumps(child(*args.child)), flush=True)
+        return
+    if args.export_latency:
+        backend, name, path, scratch = args.export_latency
+        print(RESULT_PREFIX + json.dumps(export_for_latency(backend, name, path, Path(scratch))), flush=True)
+        return
+    if args.time_latency:
+        backend, name, artifacts, inputs_file, calls = args.time_latency
+        _quiet()
+        medians = time_artifacts(backend, name, json.loads(artifacts), Path(inputs_file), int(calls))
+        print(RESULT_PREFIX + json.dumps(medians), flush=True)
+        return
+    if args.latency:
+        out = args.out or RESULTS / "vs_reference_latency.json"
+        data: dict[str, Any] = {"calls": args.calls, "rows": latency(args.backends, args.calls)}
+    else:
+        out = args.out or RESULTS / "vs_reference.json"
+        rows = [
+            measure(backend, mode, name, args.repeat)
+            for backend in args.backends
+            for mode in args.modes
+            for name in args.models
+        ]
+        print(table(rows))
+        data = {"repeat": args.repeat, "nproc": os.cpu_count(), "rows": rows, "summary": summarize(rows)}
+        print(json.dumps(data["summary"], indent=2))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
