@@ -108,7 +108,7 @@ def reference_exporter(backend: str, dynamic: bool) -> tuple[Any, Any]:
     from transformers.exporters import ExecutorchConfig as HfExecutorchConfig
     from transformers.exporters import OnnxConfig as HfOnnxConfig
 
-    config = HfOnnxConfig(dynamic=dynamic) if backend == "onnx" else HfExecutorchConfig("xnnpack", dynamic=dynamic)
+    config = HfOnnxConfig(dynamic=dynamic) if backend == "onnx" else HfExecutorchConfig(backend="xnnpack", dynamic=dynamic)
     return AutoHfExporter.from_config(config), config
 
 
@@ -262,19 +262,19 @@ def export_for_latency(backend: str, name: str, path: str, directory: Path) -> d
 
     model, inputs = _small_model(name)
     suffix = ".onnx" if backend == "onnx" else ".pte"
-    artifact = directory / f"{name}-{path}{suffix}"
+    saved = directory / f"{backend}-{name}-{path}"  # each in its own folder: external weights stay beside it
+    saved.mkdir()
     delegated = None
     if path == "ours":
         result = ours_exporter(backend, False).export(model, inputs)
-        result.save_artifact(directory).rename(artifact)
+        artifact = result.save_artifact(saved)
         if backend == "executorch":
             delegated = _delegation_share(result.artifact.exported_program())
     else:
         exporter, config = reference_exporter(backend, False)
         exported = exporter.export(model, copy.deepcopy(inputs), config)
-        saved = directory / f"{name}-reference"
         exported.save_pretrained(str(saved))
-        next(saved.glob(f"*{suffix}")).rename(artifact)  # its own file layout; the artifact is what we time
+        artifact = next(saved.glob(f"*{suffix}"))
         if backend == "executorch":
             delegated = _delegation_share(exported.program.exported_program())
     torch.save(inputs, directory / f"{name}-inputs.pt")
@@ -350,6 +350,8 @@ def latency(backends: list[str], calls: int) -> list[dict[str, Any]]:
                     command = [sys.executable, __file__, "--time-latency", backend, name, json.dumps(artifacts),
                                str(directory / f"{name}-inputs.pt"), str(calls)]  # fmt: skip
                     medians = _child_result(command)
+                    if medians.get("error"):
+                        row["error"] = medians["error"]
                     for path in artifacts:
                         row[path]["ms_per_call"] = medians.get(path)
                     if {"ours", "reference"} <= set(artifacts) and medians.get("ours") and medians.get("reference"):
@@ -390,15 +392,19 @@ def main() -> None:
         data: dict[str, Any] = {"calls": args.calls, "rows": latency(args.backends, args.calls)}
     else:
         out = args.out or RESULTS / "vs_reference.json"
-        rows = [
-            measure(backend, mode, name, args.repeat)
-            for backend in args.backends
-            for mode in args.modes
-            for name in args.models
-        ]
+        rows: list[dict[str, Any]] = []
+        for backend in args.backends:
+            for mode in args.modes:
+                for name in args.models:
+                    rows.append(measure(backend, mode, name, args.repeat))
+                    data = {"repeat": args.repeat, "nproc": os.cpu_count(), "rows": rows, "summary": summarize(rows)}
+                    _write(out, data)  # after every row: a stopped run keeps what it measured
         print(table(rows))
-        data = {"repeat": args.repeat, "nproc": os.cpu_count(), "rows": rows, "summary": summarize(rows)}
         print(json.dumps(data["summary"], indent=2))
+    _write(out, data)
+
+
+def _write(out: Path, data: dict[str, Any]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2) + "\n")
 

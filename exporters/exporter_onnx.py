@@ -48,12 +48,17 @@ _IN_MEMORY_LIMIT = 1 << 30
 @dataclass
 class OnnxConfig:
     """How to export to ONNX. Tolerances are ONNX Runtime vs eager in fp32: kernels differ (fused
-    MatMul/Softmax), so rtol is looser than Dynamo's; atol stays at 1e-4."""
+    MatMul/Softmax), so rtol is looser than Dynamo's; atol stays at 1e-4.
+
+    ``opset_version`` 20 is torch.onnx's own default in torch 2.13: from opset 20 GELU is one ``Gelu`` node
+    instead of an Erf formula of five (BERT 131 → 123 nodes, Whisper 276 → 252), which ONNX Runtime runs
+    faster; it is named here, not left to torch, so the manifest records what the graph targets.
+    """
 
     dynamic: bool = False
     dynamic_shapes: Any = None
     optimize: bool = True
-    opset_version: int = 18
+    opset_version: int = 20
     without: frozenset[str] = frozenset()
     atol: float = 1e-4
     rtol: float = 1e-3
