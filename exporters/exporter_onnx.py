@@ -195,9 +195,40 @@ def _renamed(dim: Any, renames: dict[str, str]) -> Any:
 
 
 # ── Stage 1: Torch patches ──
-# `@register_patch("onnx", "torch.<op>")` factories for torch ops the ONNX exporter cannot translate as they are.
-# None is registered now. (The last one shared SymInts when run_decompositions deep-copied the module call graph;
-# the Dynamo stage now keeps output-spec contexts free of SymInts, see exporter_dynamo._concrete.)
+# `@register_patch("onnx", "torch.<op>")` factories for torch ops the ONNX exporter cannot translate as they are,
+# or translates into a graph that runs slower than the op needs.
+@register_patch(
+    "onnx",
+    "torch.nn.functional.scaled_dot_product_attention",
+    upstream="https://github.com/microsoft/onnxscript/pull/2654",
+    dependency="onnxscript",
+)
+def _patch_sdpa_boolean_mask(original: Callable) -> Callable:
+    """Hand SDPA an additive mask instead of a boolean one, and zero the rows that attend to no key.
+
+    Eager SDPA returns zeros for a query row whose mask blocks every key (aten's safe softmax; padded
+    positions of a left-padded batch have such rows). torchlib lowers a boolean mask to ``Where(mask, 0,
+    lowest)``, ``Softmax``, then an ``IsNaN`` + ``Where`` guard meant to produce those zeros
+    (microsoft/onnxscript#2479); since the mask fills with the dtype's lowest value instead of -inf
+    (microsoft/onnxscript#2654) such a row no longer goes NaN, the guard never fires, and ONNX Runtime returns
+    the mean of the values there (0.7 off eager on a 6×8 example). Here the mask goes in additive and the
+    row is zeroed on the output by a (batch, 1, query, 1) flag computed from the mask alone, which every
+    layer shares once the optimizer merges identical subgraphs: eager's numerics, and two fewer passes over
+    every layer's (batch, heads, query, key) weights (transformers hands SDPA a boolean mask whenever it
+    traces, ViT and unpadded BERT too).
+    """
+
+    def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Any = None,
+             *args: Any, **kwargs: Any) -> torch.Tensor:  # fmt: skip
+        if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
+            return original(query, key, value, attn_mask, *args, **kwargs)
+        blocked = torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device)
+        additive = blocked.masked_fill(attn_mask.logical_not(), torch.finfo(query.dtype).min)
+        output = original(query, key, value, additive, *args, **kwargs)
+        return output * attn_mask.any(dim=-1, keepdim=True).to(output.dtype)
+
+    return sdpa
+
 
 
 # ── Stage 2: ONNX patches ──

@@ -8,6 +8,8 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 import pytest
+import torch
+from onnxscript import ir
 
 from exporters import exporter_onnx
 from exporters.exporter_onnx import OnnxConfig, OnnxExporter
@@ -81,3 +83,34 @@ def test_stage_seconds_account_for_the_whole_export_call(onnx_export):
     parts = sum(v for k, v in seconds.items() if k not in {"total", "validation"})
     assert parts == pytest.approx(seconds["total"] - seconds.get("validation", 0.0), abs=2e-3)
     assert seconds["other"] < 0.05 * seconds["total"]
+
+
+def ir_bytes(model: ir.Model) -> bytes:
+    return ir.serde.serialize_model(model).SerializeToString()
+
+
+class MaskedAttention(torch.nn.Module):
+    """SDPA with a boolean mask whose first query row of batch 0 attends to no key (a padded position)."""
+
+    def forward(self, query, key, value, keep):
+        return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=keep)
+
+
+def test_boolean_mask_sdpa_goes_additive_keeps_eager_numerics_and_drops_the_nan_guard():
+    torch.manual_seed(0)
+    keep = torch.rand(2, 1, 6, 6) > 0.3
+    keep[0, 0, 0, :] = False  # a row with no key: eager gives zeros there
+    keep[:, :, 1:, 0] = True  # every other row keeps at least one key
+    inputs = {"query": torch.randn(2, 2, 6, 8), "key": torch.randn(2, 2, 6, 8), "value": torch.randn(2, 2, 6, 8),
+              "keep": keep}  # fmt: skip
+    fixed = OnnxExporter(OnnxConfig()).export(MaskedAttention(), inputs, validate=True)
+    assert fixed.metadata.workarounds_fired.get("_patch_sdpa_boolean_mask", 0) >= 1
+    assert fixed.validation.status == "pass"
+    plain = OnnxExporter(OnnxConfig(without=frozenset({"_patch_sdpa_boolean_mask"}))).export(MaskedAttention(), inputs)
+    report = plain.validate(raise_on_failure=False)  # torchlib's guard misses the row: the mean of the values
+    assert report.status == "mismatch" and max(report.max_abs_diff.values()) > 0.1
+    ops = lambda result: [node.op_type for node in result.artifact.graph]  # noqa: E731
+    assert "IsNaN" in ops(plain) and "IsNaN" not in ops(fixed)
+    session = ort.InferenceSession(ir_bytes(fixed.artifact), providers=["CPUExecutionProvider"])
+    out = session.run(None, {k: v.numpy() for k, v in inputs.items()})[0]
+    assert not out[0, :, 0].any()  # the row with no key is exactly zero, as in eager
