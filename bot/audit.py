@@ -64,6 +64,7 @@ from bot.options import (
 )
 from bot.pins import find_pin_file, read_pins
 from bot.plan import Plan, Subject, describe_state, entry_subject, parse_candidate, plan_entry
+from bot.report import REPORT_SCHEMA, ReportIdentity, audit_selection, report_identity
 from bot.rerun import DEFAULT_RUNS, DEFAULT_TIMEOUT, ProbeRunner, RunExport, rerun_subject, subprocess_runner
 from bot.tracker import (
     RateLimited,
@@ -93,7 +94,6 @@ from bot.workaround_removal import REPO_ROOT, defining_file, removal_blocker
 from exporters.ledger import Ledger, LedgerEntry, default_registry_dir, load_ledger
 from exporters.utils import Workaround
 
-REPORT_SCHEMA = 1
 EXIT_NOTHING = 0
 EXIT_REMOVABLE = 3
 EXIT_ATTENTION = 4
@@ -187,6 +187,7 @@ class AuditReport:
     rate_limited_until: str | None = None
     workarounds: list[WorkaroundReport] = field(default_factory=list)
     candidate_check: CandidateCheck | None = None
+    identity: ReportIdentity | None = None  # repository, base commit, registry digest, selection (bot.report)
     generated_at: str = field(
         default_factory=lambda: datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     )
@@ -227,7 +228,7 @@ class AuditReport:
             "workaround_counts": self.workaround_counts(),
             "workarounds": [w.as_dict() for w in self.workarounds],
             "candidate_check": self.candidate_check.as_dict() if self.candidate_check else None,
-        }
+        } | (self.identity.as_dict() if self.identity else {})
 
     def candidate_removable(self) -> list[str]:
         """Entries and workarounds removable when re-run at the candidate."""
@@ -622,6 +623,9 @@ def audit_command(
         workaround_verification=load_verification(registry_dir, WORKAROUNDS_VERIFIED_FILE),
         probe_runner=probe_runner,
     )  # fmt: skip
+    selection = audit_selection(entry_ids, known - {w.name for w, _ in workarounds},
+                                [w.name for w, _ in workarounds] if with_workarounds else None)  # fmt: skip
+    report.identity = report_identity(registry_dir, selection)
     if environment is not None:
         report.candidate_check = run_candidate_check(
             environment, report.candidate_removable(), regression_files, pins,

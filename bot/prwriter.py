@@ -15,8 +15,6 @@ functions return, so a dry run and a real run compute exactly the same diff, bod
 * :func:`workaround_changes` deletes the registered workarounds an audit (``--workarounds``) found
   removable from *copies* of their source files (bot.workaround_removal: a syntax-tree cut that keeps
   every other byte); one that cannot go on its own stays in the PR as "delete by hand", with evidence.
-* :func:`dashboard_body` renders the optional dashboard issue, including the reverse direction:
-  entries whose upstream is closed but which still fail at our pins.
 """
 
 from __future__ import annotations
@@ -32,29 +30,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import tomlkit
+
 from bot.pins import BACKEND_STACK, normalize_name, stack_of
 from bot.rerun import scope_modes
 from bot.runner import PASS
-from bot.verdict import NOT_DUE, REMOVABLE, STILL_NEEDED, UNKNOWN
-from bot.verification import Verification
+from bot.verdict import NOT_DUE, REMOVABLE, UNKNOWN
 from bot.workaround_removal import NotSelfContained, remove_workaround_text
 from exporters.ledger import SCOPES, Ledger, LedgerEntry, load_ledger, remove_entry
 
-REPORT_SCHEMA = 1
 PR_MARKER = "<!-- exportbot:shrink-pr -->"
-DASHBOARD_MARKER = "<!-- exportbot:dashboard -->"
 BOT_TRAILER = "Exportbot-Commit: true"
 BASE_TRAILER = "Exportbot-Base"
 WORKAROUND_LIST = "workaround"  # Proposal.list_name of a registered workaround (not a ledger entry)
-FIXED_STATES = ("closed:completed", "merged")  # bot.plan.describe_state words for "closed as fixed"
 MAX_PROPOSALS = 20  # one entry's section is 2-3 kB; GitHub refuses bodies over 65,536 characters
 _BLOCK = re.compile(r"<!-- exportbot:entry (\{.*?\}) -->")
 _HUMAN_MARKER = "<!-- exportbot:human-commit {sha} -->"
 _BASE_LINE = re.compile(rf"^{BASE_TRAILER}: ([0-9a-f]{{40}})$", re.MULTILINE)
-
-
-class ReportError(ValueError):
-    """The audit report cannot be used (not JSON, wrong schema, missing fields)."""
 
 
 @dataclass(frozen=True)
@@ -161,36 +153,6 @@ class Selection:
 
 
 # ── The report ──
-def check_report(data: Any) -> Mapping[str, Any]:
-    """The report if it is a schema-1 audit report with the fields this module reads."""
-    if not isinstance(data, dict) or data.get("schema") != REPORT_SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise ReportError(f"not an exportbot audit report of schema {REPORT_SCHEMA} (schema {found!r})")
-    if data.get("candidate"):
-        raise ReportError(
-            f"this audit tried the unpinned candidate {data['candidate']}: its removals hold once the pin "
-            "moves; bump the pin, then audit again"
-        )
-    entries = data.get("entries")
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise ReportError("audit report lacks a list of 'entries'")
-    if not isinstance(data.get("pins"), dict):
-        raise ReportError("audit report lacks 'pins'")
-    needed = ("id", "list", "models", "backend", "scope", "upstream", "upstream_state", "verdict")
-    for entry in ledger_rows(data):
-        missing = [k for k in needed if k not in entry]
-        if missing:
-            raise ReportError(f"audit report entry {entry.get('id', '?')!r} lacks {', '.join(missing)}")
-        if entry["backend"] not in BACKEND_STACK:
-            raise ReportError(f"audit report entry {entry['id']!r}: unknown backend {entry['backend']!r}")
-    for row in workaround_rows(data):
-        missing = [k for k in ("id", "backend", "exports", "upstream", "upstream_state", "verdict") if k not in row]
-        if missing or str(row.get("backend")).split(".")[0] not in BACKEND_STACK:
-            what = f"lacks {', '.join(missing)}" if missing else f"has unknown backend {row.get('backend')!r}"
-            raise ReportError(f"audit report workaround {row.get('id', '?')!r} {what}")
-    return data
-
-
 def ledger_rows(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The report's ledger entries."""
     return list(report["entries"])
@@ -345,6 +307,17 @@ def shrink_changes(registry_dir: Path, entry_ids: Iterable[str]) -> dict[Path, s
                 shutil.copyfile(entry.path, copy)
             changed[entry.path] = remove_entry(copy, entry.id)
     return changed
+
+
+def drop_records(text: str, ids: Iterable[str]) -> str:
+    """``verified.toml`` text without the tables of ``ids`` (removed entries); every other byte kept.
+
+    The shrink commit carries this edit so the verification file never outlives its entries.
+    """
+    document = tomlkit.parse(text)
+    for record in [i for i in ids if i in document]:
+        del document[record]
+    return document.as_string()
 
 
 def workaround_changes(
@@ -562,113 +535,4 @@ def closed_body(notes: Mapping[str, str]) -> str:
         "",
         *(f"- `{entry_id}`: {note}" for entry_id, note in sorted(notes.items())),
     ]
-    return "\n".join(lines) + "\n"
-
-
-# ── The dashboard ──
-def _normalized(versions: Mapping[str, str | None]) -> dict[str, str | None]:
-    return {normalize_name(name): version for name, version in versions.items()}
-
-
-def reverse_flags(
-    report: Mapping[str, Any], ledger: Ledger, verification: Mapping[str, Verification]
-) -> dict[str, str]:
-    """Entry id → warning for entries whose upstream closed as fixed but which still fail at our pins."""
-    dependencies = {e.id: e.dependency for e in ledger.entries}
-    flags = {}
-    for row in ledger_rows(report):
-        if row["upstream_state"].get("summary") not in FIXED_STATES:
-            continue
-        record = verification.get(row["id"])
-        if row["verdict"] == STILL_NEEDED:
-            versions, when = _normalized(report["pins"]), str(report.get("generated_at", ""))[:10]
-        elif row["verdict"] == NOT_DUE and record is not None and record.verdict == STILL_NEEDED:
-            versions, when = _normalized(record.versions), str(record.verified_on)
-        else:
-            continue
-        dependency = dependencies.get(row["id"])
-        version = versions.get(normalize_name(dependency)) if dependency else None
-        stack = [
-            f"{n} {versions.get(normalize_name(n)) or '(unpinned)'}" for n in BACKEND_STACK[row["backend"]]
-        ]
-        where = f"{dependency} {version}" if dependency and version else ", ".join(stack)
-        flags[row["id"]] = f"closed upstream, still failing at {where} (checked {when})"
-    return flags
-
-
-def _last_verification(row: Mapping[str, Any], report: Mapping[str, Any], record: Verification | None) -> str:
-    if row.get("evidence"):
-        pins = _normalized(report["pins"])
-        stack = ", ".join(f"{n} {pins.get(normalize_name(n)) or '?'}" for n in BACKEND_STACK[row["backend"]])
-        return f"{str(report.get('generated_at', ''))[:10]} ({stack})"
-    if record is not None:
-        return f"{record.verified_on} ({_versions(record.versions)})"
-    return "never"
-
-
-def dashboard_body(
-    report: Mapping[str, Any],
-    ledger: Ledger,
-    verification: Mapping[str, Verification],
-    pr_links: Mapping[str, str],
-    by_hand: Mapping[str, str] | None = None,
-) -> str:
-    """The dashboard issue: every audited entry, what upstream says, when it was last re-run, the verdict
-    and the shrink PR; above the table, what needs a human (reverse direction, changed, human, and
-    removable workarounds that must be deleted by hand). ``by_hand``: workaround id → why."""
-    by_hand = by_hand or {}
-    flags = reverse_flags(report, ledger, verification)
-    workarounds = workaround_rows(report)
-    attention = [f"- `{entry_id}`: {text}" for entry_id, text in flags.items()]
-    attention += [
-        f"- `{row['id']}`: {row['verdict']}: {_cell((row.get('reasons') or [''])[0])}"
-        for row in [*ledger_rows(report), *workarounds]
-        if row["verdict"] in ("changed", "human")
-    ]
-    attention += [
-        f"- `{row['id']}`: removable, ready to delete by hand ({_cell(by_hand[row['id']])}); evidence: "
-        f"{_cell('; '.join(row.get('reasons') or ['see the audit report']))}"
-        for row in workarounds
-        if row["id"] in by_hand
-    ]
-    partial = " (partial: rate limited)" if report.get("partial") else ""
-    lines = [
-        DASHBOARD_MARKER,
-        f"Ledger state from the audit of {report.get('generated_at', 'unknown')}{partial}, "
-        f"{len(ledger_rows(report))} entries. Updated in place by exportbot.",
-        "",
-        "## Needs a human",
-        "",
-        *(attention or ["Nothing."]),
-        "",
-        "## Entries",
-        "",
-        "| entry | models | upstream | last verification | verdict | shrink PR |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for row in ledger_rows(report):
-        state = row["upstream_state"].get("summary", UNKNOWN)
-        upstream = f"[{state}]({row['upstream']})" if row["upstream"] else state
-        verdict = row["verdict"] + (" ⚠️" if row["id"] in flags else "")
-        lines.append(
-            f"| `{row['id']}` | {_cell(', '.join(row['models']))} | {upstream} | "
-            f"{_last_verification(row, report, verification.get(row['id']))} | {verdict} | "
-            f"{pr_links.get(row['id'], '—')} |"
-        )
-    if workarounds:
-        lines += [
-            "",
-            "## Registered workarounds",
-            "",
-            "| workaround | backend | upstream | probed on | verdict | shrink PR |",
-            "| --- | --- | --- | --- | --- | --- |",
-        ]
-    for row in workarounds:
-        state = row["upstream_state"].get("summary", UNKNOWN)
-        upstream = f"[{state}]({row['upstream']})" if row["upstream"] else state
-        probes = ", ".join(f"{e['model']} ({e['mode']})" for e in row["exports"]) or "no export hit it"
-        link = pr_links.get(row["id"]) or ("delete by hand" if row["id"] in by_hand else "—")
-        lines.append(
-            f"| `{row['id']}` | {row['backend']} | {upstream} | {_cell(probes)} | {row['verdict']} | {link} |"
-        )
     return "\n".join(lines) + "\n"

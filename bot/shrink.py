@@ -1,136 +1,85 @@
 """``exportbot pr``: keep ONE rolling pull request that removes the ledger entries an audit found removable.
 
 The repository is the database (no state file, no cache): the base branch's ledger, the head branch
-``exportbot/shrink``, the open PR's body (one hidden block per proposed entry) and the bodies of PRs
-closed unmerged are everything a run reads, so the scheduled job and a developer's dry run compute the
-same plan. Each run:
+``exportbot/shrink``, the open PR's body (one hidden block per proposed entry), the bodies of PRs
+closed unmerged and the dashboard's hidden row block are everything a run reads, so the scheduled job
+and a developer's dry run compute the same plan. Each run:
 
-1. reads that state (GET requests only), then plans without I/O (bot.prwriter): which entries, the
-   edited ledger files (computed from the *base* branch's files), title, body, draft;
-2. in a dry run (the default outside CI) prints the plan, the unified diff and the body, and stops;
-3. with ``--apply`` (or ``CI=true`` and a token) writes only what differs, serially: a commit on the
+1. checks the report field by field and refuses one audited in another repository (bot.report; exit 2,
+   before any request);
+2. reads that state (GET requests only, bot.shrink_github: a failed read stops the run, it is never
+   taken for a missing file), then plans without I/O (bot.prwriter): which entries, the edited ledger
+   and verification files (computed from the *base* branch's files), title, body, draft;
+3. in a dry run (the default outside CI) prints the plan, the unified diff and the body, and stops;
+   ``--local`` (or a dry run with no repository configured) plans against the local checkout instead,
+   with no network and no token;
+4. with ``--apply`` (or ``CI=true`` and a token) writes only what differs, serially: a commit on the
    branch (git data API; parent = the branch tip, plus the base tip when the base moved, so the PR diff
-   stays exactly the removals), the PR, its labels; reviewers when the PR is opened.
+   stays exactly the removals; rebuilt from the base when an entry the PR proposed drops out, so the diff
+   and the commit message hold exactly the remaining removals), the PR, ready for review once its
+   evidence is complete, its labels; reviewers when the PR is opened; the dashboard.
 
 Why it is safe to run again after any failure: every step compares with what the repository already
 holds, so a run that stopped after pushing the branch (PR creation failed, rate limit) is completed by
 the next one, without a second PR or a second commit. A branch whose tip is a commit the bot did not
 make (no ``Exportbot-Commit: true`` trailer) is never pushed to again; the PR gets one comment per such
-commit instead, and ``--recreate`` hands the branch back. Rate limits are waited out when short and
-otherwise end the run cleanly (exit 1), like any other refused request.
+commit instead, and ``--recreate`` hands the branch back.
 
-Exit codes: 0 done (or nothing to do); 1 GitHub refused a request or the base ledger is invalid (what
-was done so far is printed; the next run completes it); 2 bad options, configuration or report.
+Exit codes: 0 done (or nothing to do); 1 stopped: GitHub refused a request, a read kept failing or the
+base ledger is invalid (the one line says at which step, what was already written and whether a rerun
+completes it); 2 bad options, configuration or report.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import math
 import os
 import tempfile
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any
 
 import click
-import requests
-from github import Auth, Github, GithubException, InputGitTreeElement
-from github.GitCommit import GitCommit
-from github.GitRef import GitRef
-from github.Issue import Issue
-from github.PullRequest import PullRequest
-from github.Repository import Repository
+from github import Auth, Github
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from bot.config import BotConfig, ConfigError, find_config, load_config, parse_config
+from bot.dashboard import dashboard_body
 from bot.errors import EXIT_FAILED, UsageProblem, report_errors
 from bot.options import github_url_option, token_env_option
 from bot.prwriter import (
     Proposal,
-    ReportError,
     Selection,
-    check_report,
     closed_body,
     commit_message,
-    dashboard_body,
+    drop_records,
     git_blob_sha,
     has_human_comment,
     human_commit_comment,
-    parse_pr_body,
     pr_body,
     pr_title,
-    read_trailers,
     select_proposals,
     shrink_changes,
     unified_diff,
     workaround_changes,
     workaround_rows,
 )
-from bot.tracker import DEFAULT_API, _rate_limit_wait, _token_from_env
+from bot.report import ReportError, check_report, check_repository, checkout_root, head_commit
+from bot.shrink_github import MAX_WAIT, GitHubSession, RepoState, ShrinkStopped
+from bot.tracker import DEFAULT_API, _token_from_env
 from bot.verdict import REMOVABLE
-from bot.verification import VERIFIED_FILE, load_verification
-from exporters.ledger import LIST_FILES, Ledger, load_ledger
+from bot.verification import VERIFIED_FILE, WORKAROUNDS_VERIFIED_FILE, load_verification
+from exporters.ledger import LIST_FILES, Ledger, LedgerError, load_ledger
 
-T = TypeVar("T")
-RATE_LIMIT_TRIES = 3
-MAX_WAIT = 60.0  # seconds; a longer rate-limit wait ends the run (the next scheduled run continues)
 # PyGithub's own pacing; GitHub asks for serial writes, about one per second (secondary rate limits).
 SECONDS_BETWEEN_REQUESTS = 0.25
 SECONDS_BETWEEN_WRITES = 1.0
-
-
-class ShrinkStopped(Exception):
-    """GitHub refused a request; ``done`` lists what this run had already written."""
-
-    def __init__(self, message: str, done: list[str]) -> None:
-        super().__init__(message)
-        self.done = done
-
-
-# ── What a run reads ──
-@dataclass(frozen=True)
-class PullInfo:
-    number: int
-    title: str
-    body: str
-    labels: tuple[str, ...]
-    url: str
-
-    @functools.cached_property
-    def proposals(self) -> list[Proposal]:
-        """What this PR proposes, read back from its body's hidden blocks (once)."""
-        return parse_pr_body(self.body)
-
-
-@dataclass(frozen=True)
-class Tip:
-    """The head branch's last commit: whose it is, the base it recorded, the ledger files it holds."""
-
-    sha: str
-    is_bot: bool
-    recorded_base: str | None
-    blobs: Mapping[str, str]  # repository path → blob SHA of the files a PR may change (bot tips only)
-
-
-@dataclass(frozen=True)
-class RepoState:
-    base_sha: str
-    # repository path → text on the base branch of the files a PR may change: the ledger files and the
-    # source files of the workarounds the report or the open PR proposes
-    base_files: Mapping[str, str]
-    verified_text: str | None  # <registry>/verified.toml on the base branch (read for the dashboard)
-    tip: Tip | None  # None: the head branch does not exist
-    open_pull: PullInfo | None
-    closed: tuple[tuple[int, Proposal], ...]  # (PR number, entry) of PRs closed unmerged
-    comments: tuple[str, ...] = ()  # the open PR's comments, read only when a foreign commit is the tip
+NO_COMMIT = "0" * 40  # --local outside a git checkout: the base has no commit to name
 
 
 # ── What a run does (pure) ──
@@ -148,9 +97,11 @@ class ShrinkPlan:
     base_sha: str
     parents: tuple[str, ...] = ()  # a new commit with these parents; () for no commit
     create_branch: bool = False
-    force: bool = False  # --recreate: the branch is reset, dropping commits the bot did not make
+    force: bool = False  # the branch is reset to this commit (--recreate, or rebuilt from the base)
+    rebuild: bool = False  # an entry the PR proposed dropped out: one fresh commit on the base
     open_pull: bool = False
     pull_edits: dict[str, str] = field(default_factory=dict)
+    ready_for_review: bool = False  # the open PR is a draft and its evidence is now complete
     close_pull: bool = False
     labels: tuple[str, ...] = ()
     reviewers: tuple[str, ...] = ()
@@ -169,13 +120,15 @@ class ShrinkPlan:
         if self.comment:
             steps.append(f"comment on #{self.pull_number} about the commit exportbot did not make")
         if self.parents:
-            how = "reset" if self.force else "create" if self.create_branch else "move"
+            how = ("rebuild" if self.rebuild else "reset") if self.force else "create" if self.create_branch else "move"
             steps.append(f"commit the removals (parents {', '.join(p[:12] for p in self.parents)}); "
                          f"{how} branch {self.branch}")  # fmt: skip
         if self.open_pull:
             steps.append(f"open a{' draft' if self.draft else ''} PR {self.branch} → {self.base_branch}")
         if self.pull_edits:
             steps.append(f"update the {' and '.join(sorted(self.pull_edits))} of #{self.pull_number}")
+        if self.ready_for_review:
+            steps.append(f"mark #{self.pull_number} ready for review: the evidence is complete")
         if self.close_pull:
             steps.append(f"close #{self.pull_number}: nothing left to remove")
         if self.labels:
@@ -183,6 +136,24 @@ class ShrinkPlan:
         if self.reviewers:
             steps.append(f"request reviews from {', '.join(self.reviewers)}")
         return steps
+
+
+def _verification_changes(
+    base_files: Mapping[str, str], config: BotConfig, proposals: tuple[Proposal, ...], by_hand: Mapping[str, str]
+) -> dict[str, tuple[str, str]]:
+    """The verification files without the records of the entries (and deleted workarounds) this PR
+    removes, so ``verified.toml`` never outlives its entries."""
+    removed = {
+        VERIFIED_FILE: [p.id for p in proposals if not p.is_workaround],
+        WORKAROUNDS_VERIFIED_FILE: [p.id for p in proposals if p.is_workaround and p.id not in by_hand],
+    }
+    changes = {}
+    for name, ids in removed.items():
+        path = _repo_path(config, name)
+        text = base_files.get(path)
+        if text is not None and ids and (new := drop_records(text, ids)) != text:
+            changes[path] = (text, new)
+    return changes
 
 
 def plan_shrink(
@@ -205,6 +176,7 @@ def plan_shrink(
         _repo_path(config, path.name): (state.base_files.get(_repo_path(config, path.name), ""), text)
         for path, text in shrink_changes(base_dir, ledger_ids).items()
     } | {path: (state.base_files[path], text) for path, text in sources.items()}
+    changes |= _verification_changes(state.base_files, config, proposals, by_hand)
     plan = ShrinkPlan(
         selection, changes, pr_title(proposals), pr_body(proposals, config.runs, config.branch, by_hand),
         draft=any(p.shortfall(config.runs) for p in proposals), branch=config.branch,
@@ -229,15 +201,19 @@ def plan_shrink(
     desired = {path: new for path, (_, new) in changes.items()}
     desired = {path: desired.get(path, text) for path, text in state.base_files.items()} | desired
     same_files = tip is not None and dict(tip.blobs) == {p: git_blob_sha(t) for p, t in desired.items()}
-    if recreate or not same_files:
-        if tip is None or recreate or tip.sha == state.base_sha:
+    # An entry the PR proposed (and its branch removed) dropped out: merging or adding a commit would
+    # leave its removal in the PR's diff, so the branch starts again from the base.
+    dropped = {p.id for p in previous if not p.removal} - {p.id for p in proposals}
+    plan.rebuild = bool(dropped) and tip is not None and tip.sha != state.base_sha
+    if recreate or plan.rebuild or not same_files:
+        if tip is None or recreate or plan.rebuild or tip.sha == state.base_sha:
             plan.parents = (state.base_sha,)
         elif tip.recorded_base == state.base_sha:
             plan.parents = (tip.sha,)
         else:  # the base moved: a merge keeps the PR's diff to exactly the removals
             plan.parents = (tip.sha, state.base_sha)
         plan.create_branch = tip is None
-        plan.force = recreate and tip is not None
+        plan.force = (recreate or plan.rebuild) and tip is not None
     if pull is None:
         plan.open_pull = True
         plan.labels = config.labels
@@ -246,12 +222,24 @@ def plan_shrink(
         plan.pull_edits = {
             k: v for k, v in (("title", plan.title), ("body", plan.body)) if getattr(pull, k) != v
         }
+        plan.ready_for_review = pull.draft and not plan.draft
         plan.labels = tuple(label for label in config.labels if label not in pull.labels)
     return plan
 
 
 def _repo_path(config: BotConfig, name: str) -> str:
     return f"{config.registry.strip('/')}/{name}"
+
+
+def wanted_paths(config: BotConfig, report: Mapping[str, Any]) -> set[str]:
+    """The files a PR may change: ledger and verification files, and the removable workarounds' sources."""
+    names = [*LIST_FILES.values(), VERIFIED_FILE, WORKAROUNDS_VERIFIED_FILE]
+    sources = {row["source"] for row in workaround_rows(report) if row["verdict"] == REMOVABLE and row.get("source")}
+    return {_repo_path(config, name) for name in names} | sources
+
+
+def proposed_sources(proposals: list[Proposal]) -> set[str]:
+    return {p.source for p in proposals if p.is_workaround and p.source}
 
 
 # ── The run ──
@@ -266,223 +254,40 @@ class ShrinkOutcome:
     pr_url: str | None = None
     dashboard_step: str | None = None
     dashboard: str | None = None
+    against: str | None = None  # --local: the checkout the plan was computed against
 
     @property
     def diff(self) -> str:
         return unified_diff(self.plan.changes)
 
 
-class _Session:
-    """The GitHub half: reads state, writes a plan. Every call goes through :meth:`_call`."""
-
-    def __init__(
-        self, github: Github, config: BotConfig, sleep: Callable[[float], None], max_wait: float
-    ) -> None:
-        if not config.repository:
-            raise ConfigError("no repository: set [tool.exportbot] repository or pass --repo OWNER/NAME")
-        self.config = config
-        self.github = github
-        self.repo: Repository
-        self.sleep = sleep
-        self.max_wait = max_wait
-        self.done: list[str] = []
-        self._pull: PullRequest | None = None
-        self._commits: dict[str, GitCommit] = {}
-        self._dashboard: Issue | None = None
-
-    def _call(self, what: str, fn: Callable[[], T], *, missing_ok: bool = False) -> T | None:
-        """Run one request; wait out a short rate limit; turn any refusal into :class:`ShrinkStopped`."""
-        for attempt in range(1, RATE_LIMIT_TRIES + 1):
-            try:
-                return fn()
-            except GithubException as error:
-                if missing_ok and error.status == 404:
-                    return None
-                wait = _rate_limit_wait(error)
-                if wait is None:
-                    message = error.data.get("message") if isinstance(error.data, dict) else None
-                    raise ShrinkStopped(
-                        f"{what}: GitHub answered HTTP {error.status}" + (f": {message}" if message else ""),
-                        self.done,
-                    ) from None
-                if wait > self.max_wait or attempt == RATE_LIMIT_TRIES:
-                    reset = datetime.fromtimestamp(math.ceil(time.time() + wait), UTC)
-                    raise ShrinkStopped(
-                        f"{what}: GitHub rate limit reached; it resets at {reset:%Y-%m-%dT%H:%M:%SZ}",
-                        self.done,
-                    ) from None
-                self.sleep(wait)
-            except requests.RequestException as error:
-                raise ShrinkStopped(f"{what}: {type(error).__name__} talking to GitHub", self.done) from None
-        raise AssertionError("unreachable")  # the loop returns or raises
-
-    def _must(self, what: str, fn: Callable[[], T]) -> T:
-        result = self._call(what, fn)
-        assert result is not None
-        return result
-
-    def _text(self, path: str, ref: str) -> str | None:
-        found = self._call(f"read {path}", lambda: self.repo.get_contents(path, ref=ref), missing_ok=True)
-        if found is None or isinstance(found, list):
-            return None
-        return found.decoded_content.decode("utf-8")
-
-    def _ref(self, branch: str) -> GitRef | None:
-        return self._call(
-            f"read branch {branch}", lambda: self.repo.get_git_ref(f"heads/{branch}"), missing_ok=True
-        )
-
-    def _blobs(self, ref: str, paths: Collection[str]) -> dict[str, str]:
-        """Repository path → blob SHA of ``paths`` at ``ref``: one listing per folder, no file contents."""
-        blobs = {}
-        for directory in sorted({str(PurePosixPath(path).parent) for path in paths}):
-            listing = self._call(
-                f"list {directory}", lambda d=directory: self.repo.get_contents(d, ref=ref), missing_ok=True
-            )
-            found = listing if isinstance(listing, list) else []
-            blobs |= {c.path: c.sha for c in found if c.path in paths}
-        return blobs
-
-    def _commit(self, sha: str) -> GitCommit:
-        if sha not in self._commits:
-            self._commits[sha] = self._must(f"read commit {sha[:12]}", lambda: self.repo.get_git_commit(sha))
-        return self._commits[sha]
-
-    def read_state(self, source_paths: Collection[str] = ()) -> RepoState:
-        """Everything a plan needs; ``source_paths`` are the files of the workarounds the report found
-        removable (the open PR's own workaround files are added once its body is read)."""
-        config = self.config
-        name = config.repository or ""
-        self.repo = self._must(f"read repository {name}", lambda: self.github.get_repo(name))
-        owner = name.split("/")[0]
-        base_ref = self._ref(config.base_branch)
-        if base_ref is None:
+def _plan(
+    report: Mapping[str, Any], state: RepoState, config: BotConfig, recreate: bool
+) -> tuple[ShrinkPlan, Ledger, dict]:
+    """Plan against the base files of ``state`` (written to a scratch registry for the ledger code)."""
+    with tempfile.TemporaryDirectory(prefix="exportbot-base-") as scratch:
+        base_dir = Path(scratch)
+        for name in [*LIST_FILES.values(), VERIFIED_FILE]:
+            text = state.base_files.get(_repo_path(config, name))
+            if text is not None or name in LIST_FILES.values():
+                (base_dir / name).write_bytes((text or "").encode("utf-8"))  # bytes: CRLF files stay CRLF
+        try:
+            ledger = load_ledger(base_dir)
+        except LedgerError as error:
             raise ShrinkStopped(
-                f"base branch {config.base_branch} not found in {config.repository}", self.done
-            )
-        base_sha = base_ref.object.sha
-        base_files = {}
-        for name in LIST_FILES.values():
-            text = self._text(_repo_path(config, name), base_sha)
-            if text is not None:
-                base_files[_repo_path(config, name)] = text
-        verified = self._text(_repo_path(config, VERIFIED_FILE), base_sha) if config.dashboard else None
+                f"read the ledger of {config.base_branch}", str(error).splitlines()[0], [], rerun=False,
+                advice=f"a rerun will not complete it: fix the ledger on {config.base_branch} first",
+            ) from None  # fmt: skip
+        verification = load_verification(base_dir)
+        return plan_shrink(report, state, ledger, base_dir, config, recreate=recreate), ledger, verification
 
-        pulls = self._must("list pull requests", lambda: list(self.repo.get_pulls(
-            state="all", head=f"{owner}:{config.branch}", base=config.base_branch)))  # fmt: skip
-        open_pulls = sorted((p for p in pulls if p.state == "open"), key=lambda p: p.number)
-        self._pull = open_pulls[0] if open_pulls else None
-        open_pull = None
-        if self._pull is not None:
-            pull = self._pull
-            labels = tuple(label.name for label in pull.labels)
-            open_pull = PullInfo(pull.number, pull.title, pull.body or "", labels, pull.html_url)
-        closed = tuple(
-            (p.number, proposal)
-            for p in pulls
-            if p.state == "closed" and p.merged_at is None
-            for proposal in parse_pr_body(p.body)
-        )
-        proposed = open_pull.proposals if open_pull else []
-        sources = set(source_paths) | {p.source for p in proposed if p.is_workaround and p.source}
-        for path in sorted(sources - set(base_files)):
-            text = self._text(path, base_sha)
-            if text is not None:
-                base_files[path] = text
 
-        ref = self._ref(config.branch)
-        tip, comments = None, ()
-        if ref is not None:
-            sha = ref.object.sha
-            is_bot, recorded = read_trailers(self._commit(sha).message)
-            blobs: dict[str, str] = {}
-            if is_bot or sha == base_sha:
-                blobs = self._blobs(sha, set(base_files))
-            elif self._pull is not None:
-                pull = self._pull
-                comments = tuple(
-                    c.body for c in self._must("read comments", lambda: list(pull.get_issue_comments()))
-                )
-            tip = Tip(sha, is_bot, recorded, blobs)
-        if config.dashboard:
-            self._dashboard = self._find_dashboard()
-        return RepoState(base_sha, base_files, verified, tip, open_pull, closed, comments)
-
-    def _find_dashboard(self) -> Issue | None:
-        config = self.config
-        labels = list(config.labels[:1])
-        issues = self._must("list issues", lambda: list(self.repo.get_issues(state="all", labels=labels)))
-        titled = [i for i in issues if i.title == config.dashboard_title]
-        mine = [i for i in titled if self._call("read issue", lambda i=i: i.pull_request) is None]
-        return min(mine, key=lambda i: (i.state != "open", i.number), default=None)
-
-    def apply(self, plan: ShrinkPlan, outcome: ShrinkOutcome) -> None:
-        """Make the plan's writes, serially, recording each in ``outcome.done`` as it succeeds."""
-        config, repo = self.config, self.repo
-        pull = self._pull
-        if plan.comment and pull is not None:
-            text = plan.comment
-            self._call("comment", lambda: pull.create_issue_comment(text))
-            self.done.append(f"commented on #{pull.number}")
-        if plan.parents:
-            base = self._commit(plan.base_sha)
-            elements = [
-                InputGitTreeElement(path, "100644", "blob", content=new)
-                for path, (old, new) in sorted(plan.changes.items())
-                if old != new
-            ]
-            tree = self._must("create tree", lambda: repo.create_git_tree(elements, base.tree))
-            parents = [self._commit(sha) for sha in plan.parents]
-            commit = self._must("create commit", lambda: repo.create_git_commit(plan.message, tree, parents))
-            if plan.create_branch:
-                self._call(
-                    "create branch", lambda: repo.create_git_ref(f"refs/heads/{config.branch}", commit.sha)
-                )
-            else:
-                ref = self._must("read branch", lambda: repo.get_git_ref(f"heads/{config.branch}"))
-                self._call("move branch", lambda: ref.edit(commit.sha, force=plan.force))
-            self.done.append(f"pushed {commit.sha[:12]} to {config.branch}")
-        if plan.open_pull:
-            pull = self._must("open pull request", lambda: repo.create_pull(
-                base=config.base_branch, head=config.branch, title=plan.title, body=plan.body,
-                draft=plan.draft))  # fmt: skip
-            self.done.append(f"opened #{pull.number}{' as a draft' if plan.draft else ''}")
-        if pull is not None and (plan.pull_edits or plan.close_pull):
-            edits = dict(plan.pull_edits) | ({"state": "closed"} if plan.close_pull else {})
-            self._call("update pull request", lambda: pull.edit(**edits))
-            self.done.append(f"{'closed' if plan.close_pull else 'updated'} #{pull.number}")
-        if pull is not None and plan.labels:
-            self._call("add labels", lambda: pull.add_to_labels(*plan.labels))
-            self.done.append(f"labelled #{pull.number}: {', '.join(plan.labels)}")
-        if pull is not None and plan.reviewers:
-            try:
-                self._call(
-                    "request reviewers", lambda: pull.create_review_request(reviewers=list(plan.reviewers))
-                )
-                self.done.append(f"requested reviews from {', '.join(plan.reviewers)}")
-            except ShrinkStopped as problem:  # the PR stands without them; a human can ask
-                outcome.warnings.append(str(problem))
-        if pull is not None and not plan.close_pull:
-            outcome.pr_url = pull.html_url
-
-    def dashboard(self, body: str, apply: bool) -> str:
-        """Create the dashboard issue or edit it in place; returns what was (or would be) done."""
-        config, issue = self.config, self._dashboard
-        if issue is not None and (issue.body or "") == body:
-            return f"dashboard #{issue.number} is up to date"
-        if not apply:
-            return (
-                f"would {'update dashboard #' + str(issue.number) if issue else 'create the dashboard issue'}"
-            )
-        if issue is None:
-            created = self._must("create dashboard", lambda: self.repo.create_issue(
-                title=config.dashboard_title, body=body, labels=list(config.labels[:1])))  # fmt: skip
-            self.done.append(f"created dashboard #{created.number}")
-            return f"created dashboard #{created.number}"
-        current = issue
-        self._call("update dashboard", lambda: current.edit(body=body))
-        self.done.append(f"updated dashboard #{current.number}")
-        return f"updated dashboard #{current.number}"
+def _dashboard(outcome: ShrinkOutcome, report: Mapping[str, Any], ledger: Ledger, verification: dict,
+               previous: str | None) -> str:  # fmt: skip
+    plan = outcome.plan
+    links = {p.id: outcome.pr_url or "(dry run: not opened)" for p in plan.selection.proposals}
+    links |= {i: f"#{n} closed unmerged" for i, n in plan.selection.turned_down.items()}
+    return dashboard_body(report, ledger, verification, links, plan.by_hand, previous)
 
 
 def open_or_update_pr(
@@ -492,34 +297,40 @@ def open_or_update_pr(
     """Bring the rolling PR (and the dashboard, when configured) in line with ``report``.
 
     ``report`` is an audit report as JSON data (``AuditReport.as_dict()`` or a saved ``--json`` file).
-    With ``apply=False`` only GET requests are made. Raises :class:`ShrinkStopped` when GitHub refuses
-    a request, :class:`ReportError` for an unusable report, ``LedgerError`` for an invalid base ledger.
+    With ``apply=False`` only GET requests are made. Raises :class:`ReportError` for an unusable or
+    foreign report (before any request) and :class:`ShrinkStopped` when a step cannot be done.
     """
     report = check_report(report)
-    session = _Session(github, config, sleep, max_wait)
-    state = session.read_state(
-        {row["source"] for row in workaround_rows(report) if row["verdict"] == REMOVABLE and row.get("source")}
-    )
-    with tempfile.TemporaryDirectory(prefix="exportbot-base-") as scratch:
-        base_dir = Path(scratch)
-        for name in LIST_FILES.values():
-            text = state.base_files.get(_repo_path(config, name), "")
-            (base_dir / name).write_bytes(text.encode("utf-8"))  # bytes: CRLF files stay CRLF
-        if state.verified_text is not None:
-            (base_dir / VERIFIED_FILE).write_text(state.verified_text, encoding="utf-8")
-        ledger = load_ledger(base_dir)
-        verification = load_verification(base_dir)
-        plan = plan_shrink(report, state, ledger, base_dir, config, recreate=recreate)
+    check_repository(report, config.repository)
+    session = GitHubSession(github, config, sleep, max_wait)
+    state = session.read_state(wanted_paths(config, report), proposed_sources)
+    plan, ledger, verification = _plan(report, state, config, recreate)
     outcome = ShrinkOutcome(plan, apply, done=session.done)
     if apply:
         session.apply(plan, outcome)
     elif state.open_pull is not None and not plan.close_pull:
         outcome.pr_url = state.open_pull.url
     if config.dashboard:
-        links = {p.id: outcome.pr_url or "(dry run: not opened)" for p in plan.selection.proposals}
-        links |= {i: f"#{n} closed unmerged" for i, n in plan.selection.turned_down.items()}
-        outcome.dashboard = dashboard_body(report, ledger, verification, links, plan.by_hand)
+        outcome.dashboard = _dashboard(outcome, report, ledger, verification, state.dashboard_body)
         outcome.dashboard_step = session.dashboard(outcome.dashboard, apply)
+    return outcome
+
+
+def local_state(root: Path, paths: Collection[str]) -> RepoState:
+    """The repository state of a checkout that has no PR yet: its files as the base, ``HEAD`` as base."""
+    files = {p: (root / p).read_bytes().decode("utf-8") for p in sorted(paths) if (root / p).is_file()}
+    return RepoState(head_commit(root) or NO_COMMIT, files, None, None, ())
+
+
+def plan_locally(report: Mapping[str, Any], config: BotConfig, root: Path) -> ShrinkOutcome:
+    """``exportbot pr --local``: the diff and the PR body against the checkout at ``root``; no network."""
+    report = check_report(report)
+    check_repository(report, config.repository)
+    state = local_state(root, wanted_paths(config, report))
+    plan, ledger, verification = _plan(report, state, config, recreate=False)
+    outcome = ShrinkOutcome(plan, applied=False, against=f"{root} at {state.base_sha[:12]}")
+    if config.dashboard:
+        outcome.dashboard = _dashboard(outcome, report, ledger, verification, None)
     return outcome
 
 
@@ -557,6 +368,8 @@ def print_outcome(outcome: ShrinkOutcome, console: Console) -> None:
     for entry_id, note in plan.selection.notes.items():
         table.add_row(escape(entry_id), "yes" if entry_id in proposed else "no", escape(note))
     console.print(table)
+    if outcome.against:
+        click.echo(f"planned against the local checkout {outcome.against} (no network, no token)")
     steps = outcome.done if outcome.applied else [f"would {s}" for s in plan.steps()]
     if outcome.applied and plan.blocked:
         steps = [plan.blocked, *steps]
@@ -569,37 +382,49 @@ def print_outcome(outcome: ShrinkOutcome, console: Console) -> None:
         click.echo(f"pull request: {outcome.pr_url}")
     click.echo(outcome.diff or "(no ledger change)")
     if not outcome.applied:
+        if plan.parents:
+            click.echo(f"--- commit message:\n{plan.message}")
         click.echo(f"--- PR title: {plan.title}\n--- PR body:\n{plan.body}")
         if outcome.dashboard:
             click.echo(f"--- dashboard body:\n{outcome.dashboard}")
 
 
-def run_pr(
-    report: Mapping[str, Any], *, apply: bool | None, github_url: str | None = None,
-    token_env: str | None = None, repository: str | None = None, config_file: Path | None = None,
-    recreate: bool = False,
-) -> int:  # fmt: skip
-    """What ``exportbot pr`` (and ``audit --open-prs``) does after reading the report; the exit code."""
+def _load(config_file: Path | None, repository: str | None) -> tuple[BotConfig, Path]:
+    """The config (with --repo / $GITHUB_REPOSITORY applied) and the checkout root it belongs to."""
+    path = config_file or find_config()
     try:
-        config = load_config(config_file or find_config())
+        config = load_config(path)
         repository = repository or config.repository or os.environ.get("GITHUB_REPOSITORY")
         if repository:
             checked = parse_config({"repository": repository}, "--repo / $GITHUB_REPOSITORY")
             config = dataclasses.replace(config, repository=checked.repository)
     except ConfigError as error:
         raise UsageProblem(str(error)) from None
-    token = _token_from_env(token_env)
-    apply_now = should_apply(apply, token is not None)
+    root = path.parent if path is not None else checkout_root(Path.cwd()) or Path.cwd()
+    return config, root
+
+
+def run_pr(
+    report: Mapping[str, Any], *, apply: bool | None, github_url: str | None = None,
+    token_env: str | None = None, repository: str | None = None, config_file: Path | None = None,
+    recreate: bool = False, local: bool = False,
+) -> int:  # fmt: skip
+    """What ``exportbot pr`` (and ``audit --open-prs``) does after reading the report; the exit code."""
+    config, root = _load(config_file, repository)
+    if local and apply:
+        raise UsageProblem("--local only plans (no network): it cannot go with --apply")
+    token = None if local else _token_from_env(token_env)
+    apply_now = False if local else should_apply(apply, token is not None)
     console = Console()
     try:
-        outcome = open_or_update_pr(
-            report, config, make_github(github_url, token), apply_now, recreate=recreate
-        )
+        if local or (not apply_now and config.repository is None):
+            outcome = plan_locally(report, config, root)
+        else:
+            outcome = open_or_update_pr(report, config, make_github(github_url, token), apply_now, recreate=recreate)
     except (ConfigError, ReportError) as error:
         raise UsageProblem(str(error)) from None
     except ShrinkStopped as stop:
-        click.echo("\n".join(stop.done))
-        click.echo(f"stopped: {stop}; the next run completes the update", err=True)
+        click.echo(stop.explain(), err=True)
         return EXIT_FAILED
     print_outcome(outcome, console)
     return 0
@@ -619,6 +444,12 @@ def run_pr(
     default=None,
     help="Post to GitHub, or only print the diff and body [default: post only when CI=true and a "
     "token is set].",
+)
+@click.option(
+    "--local",
+    is_flag=True,
+    help="Plan against the local checkout instead of GitHub: print the exact diff, commit message and PR "
+    "body with no network and no token (also what a dry run with no repository configured does).",
 )
 @click.option(
     "--recreate",
@@ -642,17 +473,18 @@ def run_pr(
     help="pyproject.toml with [tool.exportbot] [default: the nearest one].",
 )
 @report_errors
-def pr_command(report_file: Path, apply: bool | None, recreate: bool, github_url: str | None,
+def pr_command(report_file: Path, apply: bool | None, local: bool, recreate: bool, github_url: str | None,
                token_env: str | None, repository: str | None, config_file: Path | None) -> None:  # fmt: skip
     """Open or update the one rolling PR removing the ledger entries REPORT found removable.
 
     Dry run unless --apply (or CI=true with a token): prints the plan, the unified diff and the PR body.
-    Exit 0 done or nothing to do, 1 GitHub refused a request (the next run completes it), 2 bad input.
+    --local does the same against this checkout, offline. Exit 0 done or nothing to do, 1 stopped (the
+    line says at which step, what was written and whether a rerun completes it), 2 bad input.
     """
     try:
         report = check_report(json.loads(report_file.read_text(encoding="utf-8")))
     except ValueError as error:  # JSONDecodeError and ReportError
         raise UsageProblem(f"{report_file}: {error}") from None
     code = run_pr(report, apply=apply, github_url=github_url, token_env=token_env, repository=repository,
-                  config_file=config_file, recreate=recreate)  # fmt: skip
+                  config_file=config_file, recreate=recreate, local=local)  # fmt: skip
     click.get_current_context().exit(code)

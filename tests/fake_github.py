@@ -18,9 +18,18 @@ What it models:
   does not count against the modelled rate limit, as on GitHub;
 * ``x-ratelimit-*`` headers on every response and a ``403`` once the modelled budget is spent;
 * a request log (method, path, query, headers without ``Authorization``) for counting requests;
-* fault injection per path pattern: status codes, delays, malformed bodies (see :class:`Fault`).
+* fault injection per path pattern: status codes, delays, malformed bodies (see :class:`Fault`);
+* races: :meth:`FakeGitHub.before` runs a callback just before a matching request is answered (another
+  actor acting between the client's read and its write), so the client meets GitHub's real 409/422
+  answers from the state, not injected ones;
+* issue search (``GET /search/issues``: ``repo:``, ``is:issue``/``is:pr``, ``in:title``/``in:body``,
+  ``label:``, ``state:``, words and quoted phrases, matched case-insensitively);
+* GraphQL (``POST /graphql``): the ``markPullRequestReadyForReview`` and ``convertPullRequestToDraft``
+  mutations PyGithub sends, with GitHub's ``errors`` answers for unknown nodes and mutations;
+* empty repositories (``add_repo(..., files={}, empty=True)``): git data reads answer 409 "Git Repository
+  is empty." as GitHub does.
 
-Not modelled: forks, merging through the API, branch protection, search, GraphQL, pagination beyond
+Not modelled: forks, merging through the API, branch protection, the rest of GraphQL, pagination beyond
 ``per_page``/``page`` with a ``Link`` header, separate budgets for anonymous and authenticated calls.
 """
 
@@ -35,7 +44,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -146,6 +155,14 @@ class _FaultRule:
     method: str | None
     fault: Fault
     remaining: int | None  # None: forever
+
+
+@dataclass
+class _Hook:
+    pattern: str
+    method: str | None
+    action: Callable[[FakeGitHub], None]
+    remaining: int | None
 
 
 @dataclass
@@ -284,6 +301,8 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     for method, pattern, handler in [
         ("GET", r"/rate_limit", "_get_rate_limit"),
         ("GET", r"/user", "_get_user"),
+        ("GET", r"/search/issues", "_search_issues"),
+        ("POST", r"/graphql", "_graphql"),
         ("GET", _REPO, "_get_repo"),
         ("GET", _REPO + r"/issues", "_list_issues"),
         ("POST", _REPO + r"/issues", "_create_issue"),
@@ -322,6 +341,15 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("DELETE", _REPO + r"/contents/(?P<path>.+)", "_delete_contents"),
     ]
 ]
+
+
+# Handlers that answer 409 "Git Repository is empty." on a repository without commits, as GitHub does.
+_GIT_DATA_HANDLERS = {
+    "_get_ref", "_list_refs", "_matching_refs", "_create_ref", "_update_ref", "_get_tree", "_create_tree",
+    "_get_commit", "_create_commit", "_get_contents", "_get_blob",
+}  # fmt: skip
+_SEARCH_TERM = re.compile(r'(?P<key>[a-z]+):(?P<value>"[^"]*"|\S+)|"(?P<phrase>[^"]*)"|(?P<word>\S+)')
+_MUTATION = re.compile(r"\{\s*(?P<name>\w+)\s*\(input:")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -372,6 +400,7 @@ class FakeGitHub:
         self.issue_merged_at = issue_merged_at
         self._repos: dict[str, _Repo] = {}
         self._faults: list[_FaultRule] = []
+        self._hooks: list[_Hook] = []
         self._log: list[LoggedRequest] = []
         self._lock = threading.RLock()
         self._ids = itertools.count(1_000_000_001)
@@ -416,13 +445,17 @@ class FakeGitHub:
     # ---- set-up API ----------------------------------------------------------------------------------
 
     def add_repo(
-        self, full_name: str, *, default_branch: str = "main", files: Mapping[str, str] | None = None
+        self, full_name: str, *, default_branch: str = "main", files: Mapping[str, str] | None = None,
+        empty: bool = False,
     ) -> None:
-        """Create ``owner/name`` with one commit on ``default_branch`` holding ``files``."""
+        """Create ``owner/name`` with one commit on ``default_branch`` holding ``files`` (``empty``: no
+        commit at all, as a repository just created on GitHub)."""
         owner, name = full_name.split("/")
         with self._lock:
             repo = _Repo(owner, name, next(self._ids), default_branch, _iso())
             self._repos[full_name.lower()] = repo
+            if empty:
+                return
             files = {"README.md": f"# {name}\n"} if files is None else files
             changes = {path: self._blob_entry(repo, text.encode()) for path, text in files.items()}
             tree = self._tree_with(repo, None, changes)
@@ -503,6 +536,14 @@ class FakeGitHub:
         with self._lock:
             self._faults.append(_FaultRule(pattern, method, fault, times))
 
+    def before(
+        self, pattern: str, action: Callable[[FakeGitHub], None], *, method: str | None = None, times: int | None = 1
+    ) -> None:
+        """Run ``action(self)`` just before answering the next ``times`` requests matching ``pattern``
+        (and ``method``): another actor changing the repository between a client's read and its write."""
+        with self._lock:
+            self._hooks.append(_Hook(pattern, method, action, times))
+
     # ---- observation API -------------------------------------------------------------------------------
 
     @property
@@ -564,6 +605,9 @@ class FakeGitHub:
         with self._lock:
             self._log.append(entry)
             fault = self._take_fault(entry.method, path)
+            hooks = self._take_hooks(entry.method, path)
+        for hook in hooks:
+            hook.action(self)
         if fault is not None and fault.delay:
             self._stopping.wait(fault.delay)
         status, headers, body = self._respond(entry, raw, handler.headers.get("If-None-Match"), fault)
@@ -589,6 +633,15 @@ class FakeGitHub:
                     rule.remaining -= 1
                 return rule.fault
         return None
+
+    def _take_hooks(self, method: str, path: str) -> list[_Hook]:
+        taken = []
+        for hook in self._hooks:
+            if hook.remaining != 0 and hook.method in (None, method) and fnmatch.fnmatchcase(path, hook.pattern):
+                if hook.remaining is not None:
+                    hook.remaining -= 1
+                taken.append(hook)
+        return taken
 
     def _rate_headers(self) -> dict[str, str]:
         now = time.time()
@@ -655,6 +708,8 @@ class FakeGitHub:
             try:
                 if entry.method != "GET" and request.login is None:
                     raise _HttpError(401)
+                if name in _GIT_DATA_HANDLERS and not self._repo(request).refs:
+                    raise _HttpError(409, "Git Repository is empty.")
                 status, payload = getattr(self, name)(request)
             except _HttpError as error:
                 return error.status, error.payload, {}
@@ -1553,6 +1608,75 @@ class FakeGitHub:
             raise _HttpError(404)
         self._checked_existing(repo, ref, path, body.get("sha"))
         return 200, {"content": None, "commit": self._write_file(repo, ref, path, None, body)}
+
+
+    # search and GraphQL
+
+    def _search_issues(self, req: _Request) -> tuple[int, Any]:
+        """``GET /search/issues``: the qualifiers the bot uses; every word and phrase must match."""
+        query = req.query.get("q", "")
+        repos, kinds, where, labels, states, texts = [], set(), set(), set(), set(), []
+        for match in _SEARCH_TERM.finditer(query):
+            key, value = match["key"], (match["value"] or "").strip('"')
+            if key == "repo":
+                repos.append(value.lower())
+            elif key == "is" and value in ("issue", "pr", "open", "closed"):
+                (states if value in ("open", "closed") else kinds).add(value)
+            elif key == "in":
+                where.add(value)
+            elif key == "label":
+                labels.add(value)
+            elif key == "state":
+                states.add(value)
+            elif key is not None:
+                raise _HttpError(422, f"Unsupported search qualifier {key!r} in FakeGitHub")
+            else:
+                texts.append((match["phrase"] if match["phrase"] is not None else match["word"]).lower())
+        if not repos:
+            raise _HttpError(422, "FakeGitHub searches within repo:OWNER/NAME only")
+        found = []
+        for name in repos:
+            repo = self._repos.get(name)
+            if repo is None:
+                raise _HttpError(422, errors=[{"message": f"The listed users and repositories cannot be searched: {name}",
+                                                "resource": "Search", "field": "q", "code": "invalid"}])  # fmt: skip
+            for issue in sorted(repo.issues.values(), key=lambda i: -i.number):
+                kind = "pr" if issue.pull else "issue"
+                haystack = " ".join(
+                    text for field_name, text in (("title", issue.title), ("body", issue.body or ""))
+                    if not where or field_name in where
+                ).lower()
+                if ((not kinds or kind in kinds) and (not states or issue.state in states)
+                        and labels <= set(issue.labels) and all(t in haystack for t in texts)):  # fmt: skip
+                    found.append((repo, issue))
+        page = self._paginate(req, found)
+        items = [self._issue_json(repo, issue) | {"score": 1.0} for repo, issue in page]
+        return 200, {"total_count": len(found), "incomplete_results": False, "items": items}
+
+    def _pull_by_node(self, node_id: str) -> _Issue | None:
+        for repo in self._repos.values():
+            for issue in repo.issues.values():
+                if issue.pull is not None and _node_id("PR", issue.id) == node_id:
+                    return issue
+        return None
+
+    def _graphql(self, req: _Request) -> tuple[int, Any]:
+        """The two draft mutations; GitHub answers GraphQL problems with 200 and an ``errors`` list."""
+        body = req.body or {}
+        match = _MUTATION.search(str(body.get("query", "")))
+        name = match["name"] if match else None
+        if name not in ("markPullRequestReadyForReview", "convertPullRequestToDraft"):
+            return 200, {"errors": [{"message": f"FakeGitHub does not model the GraphQL query {name or '?'}"}]}
+        node = ((body.get("variables") or {}).get("input") or {}).get("pullRequestId", "")
+        issue = self._pull_by_node(node)
+        if issue is None or issue.pull is None:
+            return 200, {"data": {name: None}, "errors": [{
+                "type": "NOT_FOUND", "path": [name],
+                "message": f"Could not resolve to a node with the global id of '{node}'."}]}  # fmt: skip
+        issue.pull.draft = name == "convertPullRequestToDraft"
+        issue.updated_at = _iso()
+        client = (body.get("variables") or {}).get("input", {}).get("clientMutationId")
+        return 200, {"data": {name: {"clientMutationId": client, "pullRequest": {"isDraft": issue.pull.draft}}}}
 
 
 @pytest.fixture(name="fake_github")

@@ -26,7 +26,7 @@ from bot.candidate import (
     regression_sample,
 )
 from bot.plan import Export, entry_subject, plan_entry
-from bot.prwriter import ReportError, check_report
+from bot.report import ReportError, check_report
 from bot.venvs import pin_mismatches
 from exporters.ledger import load_ledger
 

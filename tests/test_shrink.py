@@ -21,11 +21,9 @@ from fake_github import (
 )
 from github import Auth, Github, InputGitTreeElement
 
-from bot import shrink
+from bot import shrink, shrink_github
 from bot.config import BotConfig, ConfigError, load_config, parse_config
 from bot.prwriter import (
-    ReportError,
-    check_report,
     parse_pr_body,
     pr_body,
     proposal_from_report,
@@ -33,6 +31,7 @@ from bot.prwriter import (
     select_proposals,
     shrink_changes,
 )
+from bot.report import ReportError, check_report, registry_digest
 from bot.shrink import ShrinkOutcome, ShrinkStopped, open_or_update_pr, pr_command
 from exporters.ledger import load_ledger
 
@@ -113,6 +112,8 @@ def neighbour(graph):
 """
 PINS = {"torch": "2.13.0", "transformers": "5.23.0", "onnx": "1.23.2", "onnxscript": "0.7.2",
         "onnxruntime": "1.32.0", "executorch": "1.5.1", "torchao": "0.18.0"}  # fmt: skip
+DIGEST = registry_digest({"onnx_disable_optimize.toml": OPTIMIZE_TEXT.encode(),
+                         "export_skips.toml": SKIPS_TEXT.encode()})
 ENTRIES = {
     "t5-cast-folding": ("ONNX_DISABLE_OPTIMIZE", "T5ForConditionalGeneration", "onnx", "all", 123),
     "bart-gather-fold": ("ONNX_DISABLE_OPTIMIZE", "BartForConditionalGeneration", "onnx", "static", 456),
@@ -142,9 +143,16 @@ def report(verdicts: dict[str, str], *, states: dict[str, str] | None = None, pi
             "due": bool(status), "due_reasons": [], "moved_pins": {}, "verdict": verdict,
             "reasons": [f"{verdict} because the test says so"], "evidence": evidence,
         })  # fmt: skip
-    return {"schema": 1, "generated_at": generated_at, "partial": False, "rate_limited_until": None,
+    return {"schema": 2, "generated_at": generated_at, "partial": False, "rate_limited_until": None,
             "exporter_version": "aee41f0ad3ec", "pins": pins or PINS, "candidate": None, "runs": runs,
-            "counts": {}, "exit_code": 3, "entries": rows}  # fmt: skip
+            "counts": {}, "exit_code": 3, "entries": rows, "repository": REPO, "base_commit": None,
+            "registry_digest": DIGEST, "selection": {"entries": "complete", "workarounds": []}}  # fmt: skip
+
+
+def only(data: dict[str, Any], *entry_ids: str) -> dict[str, Any]:
+    """``data`` cut to ``entry_ids``, as ``audit --entry ID`` writes it."""
+    rows = [row for row in data["entries"] if row["id"] in entry_ids]
+    return data | {"entries": rows, "selection": {"entries": sorted(entry_ids), "workarounds": []}}
 
 
 def with_workarounds(data: dict[str, Any], verdicts: dict[str, str]) -> dict[str, Any]:
@@ -162,7 +170,7 @@ def with_workarounds(data: dict[str, Any], verdicts: dict[str, str]) -> dict[str
             "evidence": [{"model": "BartModel", "mode": "static", "run": run, "status": status,
                           "max_abs_diff": 3e-06 if status == "pass" else None} for run in (1, 2)],
         })  # fmt: skip
-    return data | {"workarounds": rows}
+    return data | {"workarounds": rows, "selection": data["selection"] | {"workarounds": "complete"}}
 
 
 def client(server: FakeGitHub) -> Github:
@@ -205,6 +213,7 @@ def server_fixture(fake_github: FakeGitHub) -> FakeGitHub:
 def no_throttle(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shrink, "SECONDS_BETWEEN_REQUESTS", 0)
     monkeypatch.setattr(shrink, "SECONDS_BETWEEN_WRITES", 0)
+    monkeypatch.setattr(shrink_github, "READ_BACKOFF", 0)
     for name in ("CI", "GITHUB_TOKEN", "GH_TOKEN", "GITHUB_REPOSITORY"):
         monkeypatch.delenv(name, raising=False)
 
@@ -242,10 +251,10 @@ def test_body_round_trips_and_edits_only_touch_copies(tmp_path: Path) -> None:
     assert "| `T5ForConditionalGeneration` | static | 2 of 2 | 2.1e-06, 2.1e-06 |" in body
     assert parse_pr_body("<!-- exportbot:entry {not json} -->") == []
     probe = {"id": "_fix_gone", "kind": "fx_node_fix", "verdict": "removable"}  # lacks backend, exports...
-    with pytest.raises(ReportError, match="workaround '_fix_gone' lacks backend, exports"):
+    with pytest.raises(ReportError, match=r"^workarounds\[0\] \(_fix_gone\)\.backend: missing$"):
         check_report({**data, "workarounds": [probe]})
-    with pytest.raises(ReportError, match="schema 1"):
-        check_report({"schema": 2, "entries": []})
+    with pytest.raises(ReportError, match="schema 2"):
+        check_report({"schema": 1, "entries": []})
 
     (tmp_path / "onnx_disable_optimize.toml").write_text(OPTIMIZE_TEXT)
     (tmp_path / "export_skips.toml").write_text(SKIPS_TEXT)
