@@ -66,7 +66,8 @@ _REFUSALS: list[tuple[re.Pattern[str], str, str, bool]] = [
     (re.compile(r"not a fast forward", re.I), "someone pushed to the branch meanwhile",
      "a rerun reads it (and leaves a branch ending in a commit exportbot did not make alone)", True),
     (re.compile(r"Reference does not exist", re.I), "the branch was deleted meanwhile",
-     "a rerun creates it again", True),
+     "a rerun reads what is left: GitHub closed the PR with its branch, and a PR closed unmerged counts as "
+     "turned down until upstream or the pins move", True),
     (re.compile(r"Repository is empty", re.I), "the repository has no commits",
      "a rerun will not complete it: push a first commit holding the registry to the base branch", False),
 ]  # fmt: skip
@@ -217,7 +218,11 @@ class GitHubSession:
                                            "not have happened") from None  # fmt: skip
                 failures.append(type(error).__name__)
             if len(failures) == READ_TRIES:
-                raise self._stop(what, f"the read failed {READ_TRIES} times ({', '.join(failures)})") from None
+                offline = all(f.endswith("Error") or f.endswith("Timeout") for f in failures)
+                advice = (f"a rerun completes it once {self.github.requester.base_url} is reachable (--local plans "
+                          "against the checkout without a network)") if offline else None  # fmt: skip
+                raise self._stop(what, f"the read failed {READ_TRIES} times ({', '.join(failures)})",
+                                 advice=advice) from None  # fmt: skip
             self.sleep(READ_BACKOFF * len(failures))
 
     def _must(self, what: str, fn: Callable[[], T], *, permission: str) -> T:

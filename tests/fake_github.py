@@ -1480,6 +1480,10 @@ class FakeGitHub:
         repo, ref = self._repo(req), self._ref_name(req)
         if repo.refs.pop(ref, None) is None:
             raise _HttpError(422, "Reference does not exist")
+        for issue in self._pulls(repo):  # as on GitHub: deleting a PR's head branch closes the PR
+            assert issue.pull is not None
+            if issue.state == "open" and f"refs/heads/{issue.pull.head}" == ref:
+                self._set_state(issue, "closed", None)
         return 204, None
 
     def _create_blob(self, req: _Request) -> tuple[int, Any]:

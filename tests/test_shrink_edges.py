@@ -373,6 +373,14 @@ def test_stops_name_the_step_what_was_written_and_whether_a_rerun_completes(serv
     settle(server, FIRST, CONFIG_NO_DASH)
 
 
+def test_no_network_is_a_stop_that_points_to_local(tmp_path: Path) -> None:
+    with pytest.raises(ShrinkStopped) as stopped:
+        shrink.open_or_update_pr(FIRST, CONFIG_NO_DASH, shrink.make_github("http://127.0.0.1:9", None), False)
+    line = stopped.value.explain()
+    assert line.startswith(f"stopped at step 'read repository {REPO}': the read failed {READ_TRIES} times (ConnectionError")
+    assert "once http://127.0.0.1:9 is reachable (--local plans against the checkout without a network)" in line
+
+
 def test_cli_stop_is_one_line_without_a_traceback(server: FakeGitHub, tmp_path: Path) -> None:
     server.inject(f"/repos/{REPO}/git/trees/*", Fault.malformed(), times=None)
     result = invoke(server, tmp_path, FIRST, "--apply", env={"GITHUB_TOKEN": TOKEN})
@@ -527,6 +535,21 @@ def test_422_not_a_fast_forward_then_the_branch_is_left_alone(server: FakeGitHub
     settle(server, GROWN, CONFIG_NO_DASH)
     [pull] = pulls(server)
     assert len(server.comments_of(REPO, pull.number)) == 1 and proposed(server) == ["t5-cast-folding"]
+
+
+def test_422_reference_does_not_exist_after_the_branch_was_deleted(server: FakeGitHub) -> None:
+    run(server, FIRST)
+    server.before(f"/repos/{REPO}/git/refs/heads/{BRANCH}", lambda fake: client(fake).get_repo(REPO).get_git_ref(
+        f"heads/{BRANCH}").delete(), method="PATCH")  # fmt: skip
+    with pytest.raises(ShrinkStopped) as stopped:
+        run(server, GROWN)
+    assert server.count(f"/repos/{REPO}/git/refs/heads/{BRANCH}", method="PATCH", status=422) == 1
+    assert "(the branch was deleted meanwhile)" in stopped.value.explain()
+    # GitHub closed the PR with its branch: a PR closed unmerged is a "no" for t5 until upstream or pins
+    # move; bart, which it never proposed, gets a new PR.
+    settle(server, GROWN, CONFIG_NO_DASH)
+    assert run(server, GROWN).plan.selection.turned_down == {"t5-cast-folding": 1}
+    assert proposed(server) == ["bart-gather-fold"] and len(pulls(server)) == 2
 
 
 def test_409_empty_repository_is_not_something_a_rerun_fixes(fake_github: FakeGitHub) -> None:
