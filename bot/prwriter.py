@@ -4,8 +4,9 @@ The GitHub side (bot.shrink) reads the repository, hands the texts here, and wri
 functions return, so a dry run and a real run compute exactly the same diff, body and commit message.
 
 * :func:`select_proposals` decides which ledger entries the rolling PR removes, from an audit report
-  (docs/audit-report.md, schema 1), the entries the open PR already proposes, and the entries of PRs
-  that were closed unmerged (which are not proposed again until their upstream state or pins move).
+  (docs/audit-report.md, schema 2, checked by bot.report), the entries the open PR already proposes,
+  and the entries of PRs that were closed unmerged (which are not proposed again until their upstream
+  state or pins move).
 * :func:`shrink_changes` edits *copies* of the ledger files through ``exporters.ledger`` (minimal
   diffs: every byte outside the removed entry stays).
 * :func:`pr_body` renders the PR description: per entry its models, upstream link and state, the

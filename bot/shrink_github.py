@@ -22,6 +22,7 @@ issue search for the dashboard's visible signature line.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
 import time
@@ -211,7 +212,7 @@ class GitHubSession:
                 if not read:
                     raise self._stop(what, f"GitHub's answer was not JSON ({error}); the write may or may "
                                            "not have happened") from None  # fmt: skip
-                failures.append("malformed JSON")
+                failures.append("malformed JSON" if isinstance(error, json.JSONDecodeError) else str(error))
             except requests.RequestException as error:
                 if not read:
                     raise self._stop(what, f"{type(error).__name__} talking to GitHub; the write may or may "

@@ -22,6 +22,7 @@ from test_shrink import (  # noqa: F401 (server_fixture and no_throttle are fixt
     BRANCH,
     OPTIMIZE,
     OPTIMIZE_TEXT,
+    PINS,
     REPO,
     SKIPS,
     SKIPS_TEXT,
@@ -57,6 +58,7 @@ from bot.shrink import pr_command
 from bot.shrink_github import READ_TRIES, ShrinkStopped
 
 DASH = BotConfig(repository=REPO, dashboard=True)
+ENTRY_IDS = ("t5-cast-folding", "bart-gather-fold", "led-global-attention")
 FIRST = report({"t5-cast-folding": "removable"})
 GROWN = report({"t5-cast-folding": "removable", "bart-gather-fold": "removable"})
 VERIFIED = "registry/verified.toml"
@@ -560,3 +562,43 @@ def test_409_empty_repository_is_not_something_a_rerun_fixes(fake_github: FakeGi
     line = stopped.value.explain()
     assert "HTTP 409: Git Repository is empty." in line and "a rerun will not complete it: push a first commit" in line
     assert writes(fake_github) == 0
+
+
+def test_audit_json_carries_the_identity_and_exportbot_pr_accepts_it(tmp_path: Path, monkeypatch) -> None:
+    """A real `exportbot audit --json` run (offline tracker, nothing due, so nothing is exported)."""
+    from bot.audit import audit_command
+
+    monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
+    root = checkout(tmp_path)
+    stacks = {"onnx": ["torch", "transformers", "onnx", "onnxscript", "onnxruntime"], "dynamo": ["torch", "transformers"]}
+    records = ""
+    for entry, backend in (("t5-cast-folding", "onnx"), ("bart-gather-fold", "onnx"), ("led-global-attention", "dynamo")):
+        versions = "".join(f'{name} = "{PINS[name]}"\n' for name in stacks[backend])
+        records += f'[{entry}]\nverified_on = 2026-11-29\nverdict = "still-needed"\nupstream_state = "open"\n' \
+                   f'[{entry}.versions]\n{versions}\n'  # fmt: skip
+    (root / VERIFIED).write_text(records)
+    (root / "constraints.txt").write_text("".join(f"{name}=={version}\n" for name, version in PINS.items()))
+    states = {}
+    for owner, name, number in (("microsoft", "onnxscript", 123), ("microsoft", "onnxscript", 456),
+                                ("huggingface", "transformers", 789)):  # fmt: skip
+        states[f"github.com/{owner}/{name}#{number}"] = {
+            "url": f"https://github.com/{owner}/{name}/issues/{number}", "owner": owner, "repo": name,
+            "number": number, "kind": "issue", "state": "open", "state_reason": None, "closed_at": None,
+            "merged": None, "title": "bug", "reachable": True, "error": None, "etag": None}  # fmt: skip
+    snapshot = tmp_path / "snapshot.json"
+    snapshot.write_text(json.dumps({"format": "exportbot-tracker-snapshot", "version": 1, "hosts": ["github.com"],
+                                    "base_url": "https://api.github.com", "taken_at": "2026-12-01T00:00:00Z",
+                                    "states": states}))  # fmt: skip
+    out = tmp_path / "audit.json"
+    for args, selection in (([], "complete"), (["--entry", "bart-gather-fold"], ["bart-gather-fold"])):
+        if args:  # --entry forces a re-run: stub the export out (no export in this test)
+            monkeypatch.setattr("bot.audit.rerun_subject", lambda subject, run, runs: [])
+        result = CliRunner().invoke(audit_command, ["--registry", str(root / "registry"), "--tracker", str(snapshot),
+                                                    "--json", str(out), *args])  # fmt: skip
+        assert result.exit_code in (0, 3), result.output
+        data = json.loads(out.read_text())
+        assert check_report(data) is not None
+        assert (data["repository"], data["base_commit"]) == (REPO, git(root, "rev-parse", "HEAD"))
+        assert data["registry_digest"] == local_registry_digest(root / "registry")
+        assert data["selection"] == {"entries": selection, "workarounds": []}
+        assert [row["id"] for row in data["entries"]] == (["bart-gather-fold"] if args else list(ENTRY_IDS))
