@@ -508,6 +508,18 @@ def test_422_no_commits_between(server: FakeGitHub) -> None:
     settle(server, FIRST, CONFIG_NO_DASH)
 
 
+def test_422_head_invalid_when_the_branch_vanishes_before_the_pr_opens(server: FakeGitHub) -> None:
+    server.before(f"/repos/{REPO}/pulls", lambda fake: client(fake).get_repo(REPO).get_git_ref(
+        f"heads/{BRANCH}").delete(), method="POST")  # fmt: skip
+    with pytest.raises(ShrinkStopped) as stopped:
+        run(server, FIRST)
+    assert server.count(f"/repos/{REPO}/pulls", method="POST", status=422) == 1
+    line = stopped.value.explain()
+    assert "stopped at step 'open pull request': GitHub answered HTTP 422: Validation Failed" in line
+    assert f"already written: pushed {line.split('pushed ')[1][:12]} to {BRANCH}; a rerun completes it" in line
+    settle(server, FIRST, CONFIG_NO_DASH)
+
+
 def test_422_reference_already_exists(server: FakeGitHub) -> None:
     server.before(f"/repos/{REPO}/git/refs", lambda fake: client(fake).get_repo(REPO).create_git_ref(
         f"refs/heads/{BRANCH}", _main_sha(fake)), method="POST")  # fmt: skip
