@@ -21,6 +21,7 @@ issue search for the dashboard's visible signature line.
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import math
@@ -262,7 +263,8 @@ class GitHubSession:
             if isinstance(found, list) or found.sha != blob_sha:
                 raise ValueError(f"the contents API answered for another object than blob {blob_sha[:12]}")
             if found.encoding != "base64":  # over 1 MB: the contents API sends no content
-                return self.repo.get_git_blob(blob_sha).content  # pragma: no cover - no such file here
+                blob = self.repo.get_git_blob(blob_sha)  # pragma: no cover - no such file in the tests
+                return base64.b64decode(blob.content).decode("utf-8")  # pragma: no cover
             return found.decoded_content.decode("utf-8")
 
         return self._must(f"read {path} at {ref[:12]}", read, permission=CONTENTS_READ)
