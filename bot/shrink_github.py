@@ -220,9 +220,13 @@ class GitHubSession:
                                            "not have happened") from None  # fmt: skip
                 failures.append(type(error).__name__)
             if len(failures) == READ_TRIES:
-                offline = all(f.endswith("Error") or f.endswith("Timeout") for f in failures)
-                advice = (f"a rerun completes it once {self.github.requester.base_url} is reachable (--local plans "
-                          "against the checkout without a network)") if offline else None  # fmt: skip
+                advice = None
+                if all(f.endswith(("Error", "Timeout")) for f in failures):
+                    advice = (f"a rerun completes it once {self.github.requester.base_url} is reachable (--local "
+                              "plans against the checkout without a network)")  # fmt: skip
+                elif all(f == "HTTP 404" for f in failures):
+                    advice = ("a rerun completes it if the 404s were transient; if they persist, check that it "
+                              "exists and that the token can see it")  # fmt: skip
                 raise self._stop(what, f"the read failed {READ_TRIES} times ({', '.join(failures)})",
                                  advice=advice) from None  # fmt: skip
             self.sleep(READ_BACKOFF * len(failures))
@@ -274,7 +278,13 @@ class GitHubSession:
         adds the files of the workarounds the open PR proposes, once its body is read."""
         config = self.config
         name = config.repository or ""
-        self.repo = self._must(f"read repository {name}", lambda: self.github.get_repo(name), permission=CONTENTS_READ)
+        found = self._call(f"read repository {name}", lambda: self.github.get_repo(name), permission=CONTENTS_READ,
+                           missing_ok=True)  # fmt: skip
+        if found is None:
+            raise self._stop(f"read repository {name}", "GitHub answered HTTP 404: Not Found", rerun=False,
+                             advice="a rerun will not complete it: check --repo / [tool.exportbot] repository and "
+                                    "that the token can see the repository")  # fmt: skip
+        self.repo = found
         owner = name.split("/")[0]
         base_ref = self._ref(config.base_branch, must_exist=True)
         assert base_ref is not None

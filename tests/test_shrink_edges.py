@@ -372,6 +372,9 @@ def test_stops_name_the_step_what_was_written_and_whether_a_rerun_completes(serv
     with pytest.raises(ShrinkStopped) as bad_token:
         run(server, FIRST)
     assert "the token was refused (invalid or expired)" in bad_token.value.explain()
+    with pytest.raises(ShrinkStopped) as elsewhere:
+        run(server, FIRST | {"repository": "acme/nowhere"}, BotConfig(repository="acme/nowhere"))
+    assert "check --repo / [tool.exportbot] repository" in elsewhere.value.explain()
     settle(server, FIRST, CONFIG_NO_DASH)
 
 
