@@ -18,7 +18,7 @@ from typing import Any
 from bot.pins import BACKEND_STACK, normalize_name
 from bot.prwriter import _cell, _versions, ledger_rows, workaround_rows
 from bot.report import covers, is_complete
-from bot.verdict import NOT_DUE, STILL_NEEDED, UNKNOWN
+from bot.verdict import CHANGED, HUMAN, NOT_DUE, STILL_NEEDED, UNKNOWN
 from bot.verification import Verification
 from exporters.ledger import Ledger
 
@@ -27,6 +27,7 @@ DASHBOARD_MARKER = "<!-- exportbot:dashboard -->"
 # hidden marker); the marker then decides.
 DASHBOARD_SIGNATURE = "Updated in place by exportbot"
 FIXED_STATES = ("closed:completed", "merged")  # bot.plan.describe_state words for "closed as fixed"
+ATTENTION_VERDICTS = (CHANGED, HUMAN)  # verdicts listed under "Needs a human"
 _ROWS_BLOCK = re.compile(r"<!-- exportbot:dashboard-rows (\[.*?\]) -->")
 
 
@@ -96,6 +97,13 @@ class DashboardRow:
         return cls(str(data["id"]), data["kind"], tuple(cells), tuple(attention), bool(data.get("by_hand")))
 
 
+def _verdict_attention(row: Mapping[str, Any]) -> list[str]:
+    """A row's "needs a human" line when its verdict asks for one (with its first reason)."""
+    if row["verdict"] not in ATTENTION_VERDICTS:
+        return []
+    return [f"- `{row['id']}`: {row['verdict']}: {_cell((row.get('reasons') or [''])[0])}"]
+
+
 def _upstream_cell(row: Mapping[str, Any]) -> str:
     state = row["upstream_state"].get("summary", UNKNOWN)
     return f"[{state}]({row['upstream']})" if row["upstream"] else state
@@ -111,8 +119,7 @@ def dashboard_rows(
     rows = []
     for row in ledger_rows(report):
         attention = [f"- `{row['id']}`: {flags[row['id']]}"] if row["id"] in flags else []
-        if row["verdict"] in ("changed", "human"):
-            attention.append(f"- `{row['id']}`: {row['verdict']}: {_cell((row.get('reasons') or [''])[0])}")
+        attention += _verdict_attention(row)
         cells = (
             _cell(", ".join(row["models"])), _upstream_cell(row),
             _last_verification(row, report, verification.get(row["id"])),
@@ -120,9 +127,7 @@ def dashboard_rows(
         )  # fmt: skip
         rows.append(DashboardRow(row["id"], "entries", cells, tuple(attention)))
     for row in workaround_rows(report):
-        attention = []
-        if row["verdict"] in ("changed", "human"):
-            attention.append(f"- `{row['id']}`: {row['verdict']}: {_cell((row.get('reasons') or [''])[0])}")
+        attention = _verdict_attention(row)
         if row["id"] in by_hand:
             attention.append(
                 f"- `{row['id']}`: removable, ready to delete by hand ({_cell(by_hand[row['id']])}); evidence: "
