@@ -88,18 +88,25 @@ def _check_model_argument(model: str) -> None:
 @click.option("--ignore-ledger", is_flag=True, help="Export even if the class is listed in EXPORT_SKIPS, "
               "and with the optimizer on even if listed in ONNX_DISABLE_OPTIMIZE.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for the tiny random model.")
+@click.option("--repro", "repro", default=None, metavar="ENTRY_ID",
+              help="Export ledger entry ENTRY_ID's reproducer (registry/README.md) without the ledger: exactly "
+              "what `exportbot audit` re-runs for it.")
 @click.option("--outcome-json", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the outcome record (status, error, diffs, workarounds fired) as JSON here.")
 @report_errors
 def export_command(model: str, backend: str, dynamic: bool, out_dir: Path | None, no_optimize: bool,
                    et_backend: str, without: tuple[str, ...], ignore_ledger: bool, seed: int,
-                   outcome_json: Path | None) -> None:
+                   repro: str | None, outcome_json: Path | None) -> None:
     """Export MODEL (a transformers class name, built tiny and random, or a local checkpoint directory).
 
     Validates the artifact against the eager model (and at a second shape when --dynamic) and writes the
     artifact plus summary.json (validation diffs, timings, workarounds fired) to --out.
     """
     _check_model_argument(model)
+    if repro is not None:
+        from bot.repro_option import check_repro
+
+        check_repro(repro, model, backend, dynamic)
     if without:
         from exporters import load_all_workarounds
         from exporters.utils import WorkaroundError, check_disabled_names
@@ -113,7 +120,7 @@ def export_command(model: str, backend: str, dynamic: bool, out_dir: Path | None
     out_dir = out_dir or Path("out") / f"{Path(model).name}-{backend}-{mode}"
     request = ExportRequest(model, backend, dynamic, optimize=False if no_optimize else None, et_backend=et_backend,
                             without=without, ignore_ledger=("all",) if ignore_ledger else (), seed=seed,
-                            out_dir=out_dir)
+                            out_dir=out_dir, repro=repro)
     console = Console(stderr=True)
     with console.status(f"{model}: starting") as status:
         outcome = export_one(request, progress=lambda step: status.update(f"{model}: {step}"))

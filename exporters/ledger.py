@@ -40,6 +40,7 @@ __all__ = [
     "LedgerEntry",
     "LedgerError",
     "LedgerProblem",
+    "Repro",
     "UpstreamRef",
     "add_entry",
     "check_ledger",
@@ -61,11 +62,11 @@ SCOPES = ("all", "dynamic", "static")
 # Schema order: also the order in which add_entry writes keys.
 _KEYS = (
     "id", "models", "backend", "scope", "upstream", "dependency", "reason", "model_change", "failure", "added",
-    "fixed_in",
+    "fixed_in", "repro",
 )  # fmt: skip
 _OPTIONAL = {
-    "ONNX_DISABLE_OPTIMIZE": frozenset({"fixed_in"}),
-    "EXPORT_SKIPS": frozenset({"upstream", "fixed_in"}),
+    "ONNX_DISABLE_OPTIMIZE": frozenset({"fixed_in", "repro"}),
+    "EXPORT_SKIPS": frozenset({"upstream", "fixed_in", "repro"}),
 }
 _ALLOWED = {
     "ONNX_DISABLE_OPTIMIZE": frozenset(_KEYS) - {"model_change"},
@@ -127,6 +128,28 @@ def parse_github_url(url: str) -> UpstreamRef | None:
 
 
 @dataclass(frozen=True)
+class Repro:
+    """How to reproduce an entry's failure, when the class's default tiny model is not the failing case.
+
+    Real upstream bugs often need a config field the tiny default leaves off, another input size or a
+    backend option; without the reproducer a re-run exports a model that never failed and "passes".
+    ``exporters.repro`` builds the model, inputs and export options from this; ``script`` (resolved to a
+    file under the registry's ``repro/``) replaces ``config`` and ``inputs`` for cases that need code.
+    """
+
+    config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    inputs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    export: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    seed: int | None = None
+    script: Path | None = None
+
+    def modes(self, scope: str) -> list[bool]:
+        """The ``dynamic`` flags to re-run: the scope's, narrowed by ``export.dynamic`` when given."""
+        modes = {"all": [False, True], "static": [False], "dynamic": [True]}[scope]
+        return [self.export["dynamic"]] if "dynamic" in self.export else modes
+
+
+@dataclass(frozen=True)
 class LedgerEntry:
     """One ``[[entry]]`` table, validated, with where it lives so messages and edits can point at it."""
 
@@ -145,6 +168,7 @@ class LedgerEntry:
     upstream_ref: UpstreamRef | None = None
     model_change: str | None = None
     fixed_in: str | None = None
+    repro: Repro | None = dataclasses.field(default=None, hash=False)
     key_lines: Mapping[str, int] = dataclasses.field(default_factory=dict, repr=False, compare=False)
     model_lines: tuple[int, ...] = dataclasses.field(default=(), repr=False, compare=False)
 
@@ -164,6 +188,10 @@ class LedgerEntry:
             and self.backend in (backend, "dynamo")
             and self.scope in ("all", "dynamic" if dynamic else "static")
         )
+
+    def modes(self) -> list[bool]:
+        """The shape modes (``dynamic`` flags) a re-run of this entry exports in."""
+        return (self.repro or Repro()).modes(self.scope)
 
 
 @dataclass(frozen=True)
@@ -281,6 +309,148 @@ def _check_fixed_in(value: Any, list_name: str) -> str | None:
     return None
 
 
+def _check_repro_table(value: Any, list_name: str) -> str | None:
+    return None if isinstance(value, dict) else "must be a table ([entry.repro])"
+
+
+# ── Validation of ``[entry.repro]``: (key path, message) pairs, so each message points at its line ──
+_REPRO_KEYS = ("config", "inputs", "export", "seed", "script")
+_INPUT_KEYS = ("batch", "sequence", "image_size", "shapes")
+# Export options a reproducer may set, per backend; each maps to a field of that exporter's config.
+REPRO_EXPORT_OPTIONS: dict[str, dict[str, type]] = {
+    "dynamo": {"dynamic": bool, "strict": bool},
+    "onnx": {"dynamic": bool, "optimize": bool, "opset_version": int},
+    "executorch": {"dynamic": bool, "max_batch": int, "max_sequence": int, "et_backend": str},
+}
+_SCRIPT = re.compile(r"registry/repro/([A-Za-z0-9_-]+\.py)")
+RePath = tuple[str, ...]
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _config_problems(table: Mapping[str, Any], where: RePath) -> list[tuple[RePath, str]]:
+    problems = []
+    for key, value in table.items():
+        if not key.isidentifier():
+            problems.append(((*where, key), f"{'.'.join((*where, key))!r}: {key!r} is not a config field name"))
+        elif isinstance(value, dict):
+            problems += _config_problems(value, (*where, key))
+    return problems
+
+
+def _inputs_problems(inputs: Mapping[str, Any]) -> list[tuple[RePath, str]]:
+    problems: list[tuple[RePath, str]] = [
+        (("inputs", k), f"'inputs.{k}': unknown key (allowed: {', '.join(_INPUT_KEYS)})")
+        for k in inputs
+        if k not in _INPUT_KEYS
+    ]
+    for key in ("batch", "sequence"):
+        if key in inputs and not _positive_int(inputs[key]):
+            problems.append((("inputs", key), f"'inputs.{key}' must be a positive integer, got {inputs[key]!r}"))
+    size = inputs.get("image_size")
+    square = _positive_int(size)
+    pair = isinstance(size, list) and len(size) == 2 and all(map(_positive_int, size))
+    if "image_size" in inputs and not (square or pair):
+        problems.append(
+            (("inputs", "image_size"), f"'inputs.image_size' must be a positive integer or [height, width], got {size!r}")
+        )
+    shapes = inputs.get("shapes", {})
+    if not isinstance(shapes, dict):
+        return [*problems, (("inputs", "shapes"), "'inputs.shapes' must be a table: input name = [dims]")]
+    for name, shape in shapes.items():
+        if not (isinstance(shape, list) and shape and all(map(_positive_int, shape))):
+            problems.append(
+                (("inputs", "shapes", name), f"'inputs.shapes.{name}' must be a non-empty array of positive integers, got {shape!r}")
+            )
+    return problems
+
+
+def _export_problems(export: Mapping[str, Any], backend: str, scope: str, list_name: str) -> list[tuple[RePath, str]]:
+    allowed = REPRO_EXPORT_OPTIONS[backend]
+    problems: list[tuple[RePath, str]] = []
+    for key, value in export.items():
+        where = ("export", key)
+        if key not in allowed:
+            problems.append((where, f"'export.{key}': not an option of the {backend} exporter (allowed: {', '.join(allowed)})"))
+        elif not isinstance(value, allowed[key]) or (allowed[key] is int and isinstance(value, bool)):
+            kind = {bool: "a boolean (true/false)", int: "an integer", str: "a string"}[allowed[key]]
+            problems.append((where, f"'export.{key}' must be {kind}, got {value!r}"))
+        elif allowed[key] is int and value < 1:
+            problems.append((where, f"'export.{key}' must be positive, got {value!r}"))
+    if list_name == "ONNX_DISABLE_OPTIMIZE" and "optimize" in export:
+        problems.append(
+            (("export", "optimize"), "'export.optimize' cannot be set here: the re-run turns the optimizer on, that is the workaround left out")
+        )
+    dynamic = export.get("dynamic")
+    if isinstance(dynamic, bool) and scope != "all" and dynamic != (scope == "dynamic"):
+        problems.append(
+            (("export", "dynamic"), f"'export.dynamic' = {str(dynamic).lower()} lies outside the entry's scope {scope!r}")
+        )
+    return problems
+
+
+def _repro_problems(repro: Mapping[str, Any], backend: str, scope: str, list_name: str, registry_dir: Path) -> list[tuple[RePath, str]]:
+    """Everything wrong with one ``[entry.repro]`` table (its shape; fields are checked when it is built)."""
+    problems: list[tuple[RePath, str]] = [
+        ((k,), f"unknown key {k!r} (allowed: {', '.join(_REPRO_KEYS)})") for k in repro if k not in _REPRO_KEYS
+    ]
+    for key in ("config", "inputs", "export"):
+        if key in repro and not isinstance(repro[key], dict):
+            problems.append(((key,), f"{key!r} must be a table ([entry.repro.{key}])"))
+    if isinstance(repro.get("config"), dict):
+        problems += _config_problems(repro["config"], ("config",))
+    if isinstance(repro.get("inputs"), dict):
+        problems += _inputs_problems(repro["inputs"])
+    if isinstance(repro.get("export"), dict):
+        problems += _export_problems(repro["export"], backend, scope, list_name)
+    if "seed" in repro and not (isinstance(repro["seed"], int) and not isinstance(repro["seed"], bool) and repro["seed"] >= 0):
+        problems.append((("seed",), f"'seed' must be a non-negative integer, got {repro['seed']!r}"))
+    if "script" in repro:
+        script = repro["script"]
+        match = _SCRIPT.fullmatch(script) if isinstance(script, str) else None
+        if match is None:
+            problems.append((("script",), f"'script' must be a path 'registry/repro/NAME.py', got {script!r}"))
+        elif not (registry_dir / "repro" / match.group(1)).is_file():
+            problems.append((("script",), f"'script' {script!r}: no such file {registry_dir / 'repro' / match.group(1)}"))
+        clash = [k for k in ("config", "inputs") if k in repro]
+        if clash:
+            problems.append((("script",), f"'script' builds the model and inputs itself: drop {', '.join(map(repr, clash))}"))
+    if not repro:
+        problems.append(((), "an empty [entry.repro] table reproduces nothing: drop it or fill it in"))
+    return problems
+
+
+def _make_repro(repro: Mapping[str, Any], registry_dir: Path) -> Repro:
+    script = repro.get("script")
+    return Repro(
+        config=dict(repro.get("config", {})),
+        inputs=dict(repro.get("inputs", {})),
+        export=dict(repro.get("export", {})),
+        seed=repro.get("seed"),
+        script=registry_dir / "repro" / script.removeprefix("registry/repro/") if script else None,
+    )
+
+
+def _repro_line(lines: Sequence[str], start: int, end: int, where: RePath) -> int | None:
+    """Line of a key inside ``[entry.repro]``: the deepest ``[entry.repro.a.b]`` header on its path, then
+    the ``key =`` line under it; ``repro = {...}`` written inline points at its own line."""
+    header_at, depth_found = None, 0
+    for depth in range(len(where) + 1):
+        dotted = r"\s*\.\s*".join(re.escape(part) for part in ("entry", "repro", *where[:depth]))
+        header = re.compile(rf"\s*\[\s*{dotted}\s*\]")
+        found = next((i for i in range(start, end) if header.match(lines[i])), None)
+        if found is not None:
+            header_at, depth_found = found, depth
+    if header_at is None:
+        return _key_line(lines, start, end, "repro")
+    if depth_found == len(where):
+        return header_at + 1
+    stop = next((i for i in range(header_at + 1, end) if lines[i].lstrip().startswith("[")), end)
+    return _key_line(lines, header_at + 1, stop, where[depth_found]) or header_at + 1
+
+
 _CHECKS: dict[str, Callable[[Any, str], str | None]] = {
     "id": _check_id,
     "models": _check_models,
@@ -293,6 +463,7 @@ _CHECKS: dict[str, Callable[[Any, str], str | None]] = {
     "failure": _check_failure,
     "added": _check_added,
     "fixed_in": _check_fixed_in,
+    "repro": _check_repro_table,
 }
 
 
@@ -354,6 +525,16 @@ def _build_entry(
         problem = _CHECKS[key](value, list_name) if key in _ALLOWED[list_name] else None
         if problem:
             problems.append(LedgerProblem(path, key_lines[key], f"entry {label}: {key!r} {problem}"))
+    repro = table.get("repro")
+    if isinstance(repro, dict) and table.get("backend") in BACKENDS and table.get("scope") in SCOPES:
+        problems += [
+            LedgerProblem(
+                path,
+                _repro_line(lines, start, end, where) or key_lines["repro"],
+                f"entry {label}: [entry.repro] {message}",
+            )
+            for where, message in _repro_problems(repro, table["backend"], table["scope"], list_name, path.parent)
+        ]
     if problems:
         return None, problems
     models = tuple(table["models"])
@@ -373,6 +554,7 @@ def _build_entry(
         upstream_ref=parse_github_url(table["upstream"]) if "upstream" in table else None,
         model_change=table.get("model_change"),
         fixed_in=table.get("fixed_in"),
+        repro=_make_repro(repro, path.parent) if isinstance(repro, dict) else None,
         key_lines=key_lines,
         model_lines=tuple(_quoted_line(lines, start, end, m) or key_lines["models"] for m in models),
     )
@@ -608,10 +790,12 @@ def set_fixed_in(path: Path, entry_id: str, spec: str) -> str:
         document = tomlkit.parse(text)  # tomlkit replaces the value and keeps the line's comment
         document["entry"][index]["fixed_in"] = spec
         return _commit(path, document.as_string(), data)
-    # A new key goes after the entry's last value, before any trailing comment or blank line.
+    # A new key goes after the entry's last value, before any trailing comment or blank line, and before
+    # its sub-tables (``[entry.repro]``): a key written below one of those would belong to it.
     lines, final = _split(text)
     headers = _header_indices(lines)
     end = ([*_entry_starts(lines), len(lines)])[index + 1]
+    end = next((i for i in range(headers[index] + 1, end) if lines[i].lstrip().startswith("[")), end)
     last = max(i for i in range(headers[index], end) if lines[i].strip() and not _is_comment(lines[i]))
     lines.insert(last + 1, f"fixed_in = {tomlkit.string(spec).as_string()}")
     return _commit(path, "\n".join(lines) + final, data)

@@ -388,10 +388,15 @@ class TinyModel:
     inputs: dict[str, torch.Tensor]
 
 
-def build_tiny(name: str, seed: int = 0, batch: int = BATCH, sequence: int = SEQUENCE) -> TinyModel:
-    """Build class ``name`` tiny and random, with sample inputs derived from its forward signature."""
+def build_tiny(
+    name: str, seed: int = 0, batch: int = BATCH, sequence: int = SEQUENCE, config: Any = None
+) -> TinyModel:
+    """Build class ``name`` tiny and random, with sample inputs derived from its forward signature.
+
+    ``config`` (already small) replaces the shrunk default config: a ledger reproducer's overrides.
+    """
     cls = model_class(name)
-    config = shrink_config(cls.config_class())
+    config = shrink_config(cls.config_class()) if config is None else config
     torch.manual_seed(seed)
     model = cls(config).eval()
     _break_router_ties(model, seed)
