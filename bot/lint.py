@@ -76,6 +76,38 @@ def _missing_classes(entries: Iterable[LedgerEntry]) -> list[LintMessage]:
     return messages
 
 
+def _reproducer_messages(entries: Iterable[LedgerEntry]) -> list[LintMessage]:
+    """Every entry's reproducer (its ``[entry.repro]``, else the default tiny model) built and run once in
+    eager, per model class: one that cannot run in eager can never show a fix, so re-running it proves
+    nothing."""
+    import transformers
+
+    from exporters.repro import build_reproducer, run_eager
+
+    messages = []
+    for entry in entries:
+        for model in entry.models:
+            if not hasattr(transformers, model):
+                continue  # reported by _missing_classes
+            step = "build"
+            try:
+                reproducer = build_reproducer(entry, model)
+                step = "run in eager"
+                run_eager(reproducer)
+            except Exception as error:
+                where = "[entry.repro]" if entry.repro else "default tiny model (no [entry.repro])"
+                messages.append(
+                    LintMessage(
+                        entry.path,
+                        entry.key_lines.get("repro", entry.line),
+                        "error",
+                        f"entry {entry.id!r}: the reproducer of {model!r} ({where}) does not {step}: "
+                        f"{_describe(error)}; a reproducer that fails in eager can never show a fix",
+                    )
+                )
+    return messages
+
+
 def _import_exporter_modules() -> list[LintMessage]:
     """Import every exporter module (a workaround is registered only once its module ran); report failure.
 
@@ -151,13 +183,14 @@ def lint(
 ) -> list[LintMessage]:
     """Every problem in the ledger under ``registry_dir`` and, optionally, in the workaround registry.
 
-    ``check_classes`` imports transformers model modules and ``check_workarounds`` imports every exporter;
-    both take seconds, so callers that only edited TOML may turn them off.
+    ``check_classes`` imports transformers model modules and builds and runs every entry's reproducer in
+    eager; ``check_workarounds`` imports every exporter; both take seconds, so callers that only edited TOML may turn them off.
     """
     entries, problems = check_ledger(Path(registry_dir))
     messages = [LintMessage(p.path, p.line, "error", p.message) for p in problems]
     if check_classes:
         messages += _missing_classes(entries)
+        messages += _reproducer_messages(entries)
     if check_workarounds:
         messages += _workaround_messages()
     return messages
@@ -180,7 +213,8 @@ def _plural(count: int, noun: str) -> str:
     "check_classes",
     default=True,
     show_default=True,
-    help="Check that every model class exists in the installed transformers.",
+    help="Check that every model class exists in the installed transformers, and that every entry's "
+    "reproducer builds and runs once in eager.",
 )
 @click.option(
     "--workarounds/--no-workarounds",

@@ -322,6 +322,7 @@ REPRO_EXPORT_OPTIONS: dict[str, dict[str, type]] = {
     "onnx": {"dynamic": bool, "optimize": bool, "opset_version": int},
     "executorch": {"dynamic": bool, "max_batch": int, "max_sequence": int, "et_backend": str},
 }
+_REPRO_HEADER = re.compile(r"\s*\[\s*entry\s*\.\s*repro\b")
 _SCRIPT = re.compile(r"registry/repro/([A-Za-z0-9_-]+\.py)")
 RePath = tuple[str, ...]
 
@@ -511,6 +512,10 @@ def _build_entry(
         return None, [LedgerProblem(path, header, f"entry #{ordinal} must be a table")]
     label = repr(table["id"]) if isinstance(table.get("id"), str) else f"#{ordinal}"
     key_lines = {key: _key_line(lines, start, end, key) or header for key in table}
+    if "repro" in table:  # its first [entry.repro...] header, when written as tables
+        first = next((i for i in range(start, end) if _REPRO_HEADER.match(lines[i])), None)
+        if first is not None:
+            key_lines["repro"] = first + 1
     problems = [
         LedgerProblem(path, key_lines[key], f"entry {label}: unknown key {key!r}")
         for key in table

@@ -87,19 +87,31 @@ def run_eager(reproducer: Reproducer) -> Any:
 
 # ── Config overrides ──
 def _config(entry: LedgerEntry, model_class: str, overrides: Mapping[str, Any]) -> Any:
-    """The default config built with ``overrides``, shrunk, then the overrides applied again so that a
-    size the entry asks for wins over the tiny rules (and derived fields follow the construction)."""
+    """The shrunk default config rebuilt with ``overrides`` merged in, so that the fields its constructor
+    derives (per-layer lists, head sizes) follow them at tiny sizes, and the config's own validation runs."""
     from exporters.tiny import model_class as find_class
     from exporters.tiny import shrink_config
 
     config_class = find_class(model_class).config_class
     _check_fields(entry, config_class(), overrides, "")
+    shrunk = shrink_config(config_class())
     try:
-        config = shrink_config(config_class(**overrides))
+        config = config_class.from_dict(_merged(shrunk.to_dict(), overrides))
     except Exception as error:
-        raise ReproError(f"entry {entry.id!r}: {config_class.__name__}(**config) failed: {_one_line(error)}") from error
-    _apply(config, overrides)
+        raise ReproError(
+            f"entry {entry.id!r}: the tiny {config_class.__name__} with [entry.repro.config] is invalid: "
+            f"{_one_line(error)}"
+        ) from error
+    _apply(config, overrides)  # a field from_dict does not take as a constructor argument still gets set
     return config
+
+
+def _merged(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(data)
+    for key, value in overrides.items():
+        nested = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = _merged(merged[key], value) if nested else value
+    return merged
 
 
 def _check_fields(entry: LedgerEntry, config: Any, overrides: Mapping[str, Any], where: str) -> None:

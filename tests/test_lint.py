@@ -330,6 +330,20 @@ def test_unknown_model_class(tmp_path: Path) -> None:
     ]
 
 
+def test_reproducer_that_fails_in_eager_is_an_error(tmp_path: Path) -> None:
+    """ViT at another image size needs interpolate_pos_encoding: in eager already, so no export can pass."""
+    runs = block(SKIP_KEYS, id='"vit-runs"', models='["ViTModel"]')
+    fails = block(SKIP_KEYS, id='"vit-fails"', models='["ViTModel"]', scope='"static"', backend='"dynamo"')
+    fails += "\n[entry.repro.inputs]\nimage_size = 48\n"
+    directory = registry(tmp_path, skips=runs + "\n" + fails)
+    messages = rendered(lint(directory, check_workarounds=False))
+    assert len(messages) == 1, messages
+    assert messages[0].startswith(
+        f"{directory / SKIPS}:23: entry 'vit-fails': the reproducer of 'ViTModel' ([entry.repro]) does not run "
+        "in eager: ValueError: Input image size (48*48) doesn't match model (32*32)."
+    )
+
+
 def test_checked_in_registry_is_clean() -> None:
     assert lint(default_registry_dir(), check_workarounds=False) == []
 
