@@ -23,11 +23,16 @@ a sample of exports that pass at the pins is re-run there too (bot.candidate): t
 release would make removable and what it would break.
 
 Exit codes: 0 nothing removable and nothing needs attention (``not-due``, ``still-needed``,
-``unknown`` only); 3 some entry is removable; 4 some entry is ``changed`` or needs a ``human`` (this
-wins over 3: a human should look before a removal is proposed from the same run); 5 the candidate
+``unknown`` only); 3 some entry is removable; 4 some entry is ``changed``, ``not-reproduced`` or needs a
+``human`` (this wins over 3: a human should look before a removal is proposed from the same run); 5 the candidate
 breaks an export that passes at the pins (wins over 3 and 4); 1 errors (bad ledger, pins,
 verification file or snapshot; export harness crash; a candidate that cannot be installed); 2 bad
-options.
+options, or an interpreter for the re-runs that does not hold the pinned versions of an entry's stack.
+
+Before the re-runs of any entry, the interpreter that runs them is asked for its versions of the entry's
+stack (bot.environment); they must be the pins (or, with ``--candidate``, the isolated environment
+bot.venvs built from the pins is used). Outcomes record the versions they ran with, and
+``verified.toml`` records those, never the pin file's word.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +58,7 @@ from bot.candidate import (
     prepare_environment,
     run_candidate_check,
 )
+from bot.environment import EnvironmentCheck
 from bot.errors import EXIT_FAILED, UsageProblem, report_errors
 from bot.options import (
     github_url_option,
@@ -75,7 +82,7 @@ from bot.tracker import (
     write_snapshot,
 )
 from bot.venvs import DEFAULT_CACHE
-from bot.verdict import CHANGED, HUMAN, REMOVABLE, RERUN_VERDICTS, UNKNOWN, VERDICTS, Verdict, verdict
+from bot.verdict import NEEDS_HUMAN, REMOVABLE, RERUN_VERDICTS, UNKNOWN, VERDICTS, Verdict, verdict
 from bot.verification import (
     WORKAROUNDS_VERIFIED_FILE,
     Verification,
@@ -208,7 +215,7 @@ class AuditReport:
         counts = Counter(self.counts()) + Counter(self.workaround_counts())
         if self.candidate_check is not None and self.candidate_check.regressions:
             return EXIT_REGRESSION
-        if counts[CHANGED] or counts[HUMAN]:
+        if any(counts[name] for name in NEEDS_HUMAN):
             return EXIT_ATTENTION
         return EXIT_REMOVABLE if counts[REMOVABLE] else EXIT_NOTHING
 
@@ -261,9 +268,16 @@ def run_audit(
     workarounds: Sequence[tuple[Workaround, Subject]] = (),
     workaround_verification: Mapping[str, Verification] | None = None,
     probe_runner: ProbeRunner | None = None,
+    entry_runner: Callable[[str], RunExport] | None = None,
+    check_environment: Callable[[Subject], Mapping[str, str]] | None = None,
 ) -> AuditReport:
     """Audit the ledger, then ``workarounds`` (each with its subject, probed by ``probe_runner(name)``).
 
+    ``entry_runner(entry_id)`` gives the runner re-running one ledger entry (its reproducer: the command
+    line passes ``--repro ENTRY_ID``); without it ``run_export`` re-runs every entry.
+    ``check_environment(subject)`` runs before a subject's re-runs: it raises when the interpreter does not
+    hold the stack's pins and returns the versions it holds, which outcomes that recorded none (a timeout
+    kills the child before it writes) take as the versions they ran with.
     ``entry_ids`` (ledger ids and workaround names) restricts the audit to those, which are then forced.
     Never raises for a rate limit: once limited, every later entry and workaround is ``unknown``.
     """
@@ -297,10 +311,21 @@ def run_audit(
                 "(sweep a class it fires in, then `exportbot workarounds index`)"
             )
             return state, plan, Verdict(subject.id, UNKNOWN, [*plan.reasons, reason])
-        outcomes = rerun_subject(subject, runner(), runs) if plan.due else []
+        outcomes = []
+        if plan.due:
+            checked = check_environment(subject) if check_environment is not None else {}
+            outcomes = [
+                o if o.get("versions") or not checked else o | {"versions": dict(checked)}
+                for o in rerun_subject(subject, runner(), runs)
+            ]
         return state, plan, verdict(subject, plan, state, outcomes)
 
-    rows = [EntryReport(e, *check(entry_subject(e), verification, lambda: run_export)) for e in entries]
+    def entry_run(entry_id: str) -> RunExport:
+        return entry_runner(entry_id) if entry_runner is not None else run_export
+
+    rows = [
+        EntryReport(e, *check(entry_subject(e), verification, lambda e=e: entry_run(e.id))) for e in entries
+    ]
     probed = []
     for w, s in chosen:
         checked = check(s, workaround_verification or {}, lambda w=w: probe_runner(w.name))
@@ -313,13 +338,14 @@ def run_audit(
 def verification_records(
     report: AuditReport, today: datetime.date, *, workarounds: bool = False
 ) -> list[Verification]:
-    """What to remember: entries (or workarounds) whose verdict came from a re-run, with their stack."""
+    """What to remember: entries (or workarounds) whose verdict came from a re-run, with the versions of
+    their stack the re-runs recorded (what ran, not what the pin file says)."""
     rows: Sequence[EntryReport | WorkaroundReport] = report.workarounds if workarounds else report.entries
     return [
         Verification(
             entry_id=row.verdict.entry_id,
             verified_on=today,
-            versions={k: v for k, v in row.plan.versions.items() if v is not None},
+            versions=ran_with(row.plan, row.verdict),
             exporter_version=report.exporter_version,
             verdict=row.verdict.verdict,
             upstream_state=describe_state(row.state),
@@ -327,6 +353,16 @@ def verification_records(
         for row in rows
         if row.plan is not None and row.verdict.verdict in RERUN_VERDICTS
     ]
+
+
+def ran_with(plan: Plan, verdict_: Verdict) -> dict[str, str]:
+    """The stack's versions as the re-runs recorded them: the first run that recorded each package."""
+    versions: dict[str, str] = {}
+    for run in verdict_.evidence:
+        for name, version in (run.get("versions") or {}).items():
+            if name in plan.versions and version:
+                versions.setdefault(name, version)
+    return {name: versions[name] for name in plan.versions if name in versions}
 
 
 # ── Rendering ──
@@ -408,6 +444,13 @@ def render_markdown(report: AuditReport) -> str:
             f"| {cell(row.entry.id)} | {cell(', '.join(row.entry.models))} | {link(row, row.entry.upstream)} | "
             f"{cell(_due_text(row))} | {cell(verdict_text(row))} |"
         )
+    attention = [row for row in [*report.entries, *report.workarounds] if row.verdict.verdict in NEEDS_HUMAN]
+    if attention:
+        lines += ["", "### Needs a human", ""]
+        lines += [
+            f"- `{row.verdict.entry_id}`: **{row.verdict.verdict}**: {'; '.join(row.verdict.reasons)}"
+            for row in attention
+        ]
     if report.workarounds:
         counts = ", ".join(f"{n} {v}" for v, n in report.workaround_counts().items() if n)
         lines += [
@@ -579,7 +622,8 @@ def audit_command(
     """Check every ledger entry: upstream state, pins moved, re-run without the workaround, verdict.
 
     With --workarounds, registered workarounds too (see docs/workaround-index.md for their probes).
-    Exit 0 nothing to do, 3 some entry (or workaround) removable, 4 some changed or needs a human, 1 errors.
+    Exit 0 nothing to do, 3 some entry (or workaround) removable, 4 some changed, not-reproduced or needs a
+    human, 1 errors, 2 bad options or an interpreter without the pinned versions.
     """
     registry_dir = registry_dir or default_registry_dir()
     if candidate is not None:
@@ -606,6 +650,9 @@ def audit_command(
     except SnapshotError as error:
         raise UsageProblem(str(error)) from None
     run_export, probe_runner = subprocess_runner(timeout), lambda name: subprocess_runner(timeout, without=(name,))
+    entry_runner = lambda entry_id: subprocess_runner(timeout, repro=entry_id, registry=registry_dir)  # noqa: E731
+    # The re-runs use this interpreter; with --candidate, the environment bot.venvs built from the pins.
+    check_environment: EnvironmentCheck | None = EnvironmentCheck(sys.executable, pins)
     environment = None
     if candidate is not None:
         click.echo(f"preparing an isolated environment with {candidate} ...", err=True)
@@ -617,11 +664,13 @@ def audit_command(
             raise SystemExit(EXIT_FAILED)
         env = environment
         run_export, probe_runner = env.runner(timeout), lambda name: env.runner(timeout, without=(name,))
+        entry_runner = lambda entry_id: env.runner(timeout, repro=entry_id, registry=registry_dir)  # noqa: E731
+        check_environment = None
     report = run_audit(
         ledger, tracker, pins, verification, run_export,
         entry_ids=entry_ids, force_all=force_all, candidate=candidate, runs=runs, workarounds=workarounds,
         workaround_verification=load_verification(registry_dir, WORKAROUNDS_VERIFIED_FILE),
-        probe_runner=probe_runner,
+        probe_runner=probe_runner, entry_runner=entry_runner, check_environment=check_environment,
     )  # fmt: skip
     selection = audit_selection(entry_ids, known - {w.name for w, _ in workarounds},
                                 [w.name for w, _ in workarounds] if with_workarounds else None)  # fmt: skip

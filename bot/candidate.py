@@ -68,10 +68,11 @@ class CandidateEnvironment:
     def spec(self) -> str:
         return f"{self.package}=={self.version}"
 
-    def runner(self, timeout: float, *, without: Sequence[str] = (), plain: bool = False) -> RunExport:
-        """Exports in the candidate's environment, leaving out what :func:`bot.rerun.subprocess_runner` says."""
+    def runner(self, timeout: float, **leave_out: Any) -> RunExport:
+        """Exports in the candidate's environment, leaving out what :func:`bot.rerun.subprocess_runner` says
+        (``without``, ``plain``, ``repro``, ``registry``)."""
         assert self.python is not None, "no environment: check .problem first"
-        return subprocess_runner(timeout, without=without, plain=plain, python=self.python, pythonpath=REPO_ROOT)
+        return subprocess_runner(timeout, python=self.python, pythonpath=REPO_ROOT, **leave_out)
 
 
 def prepare_environment(

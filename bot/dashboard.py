@@ -18,7 +18,7 @@ from typing import Any
 from bot.pins import BACKEND_STACK, normalize_name
 from bot.prwriter import _cell, _versions, ledger_rows, workaround_rows
 from bot.report import covers, is_complete
-from bot.verdict import CHANGED, HUMAN, NOT_DUE, STILL_NEEDED, UNKNOWN
+from bot.verdict import NEEDS_HUMAN, NOT_DUE, STILL_NEEDED, UNKNOWN
 from bot.verification import Verification
 from exporters.ledger import Ledger
 
@@ -27,7 +27,7 @@ DASHBOARD_MARKER = "<!-- exportbot:dashboard -->"
 # hidden marker); the marker then decides.
 DASHBOARD_SIGNATURE = "Updated in place by exportbot"
 FIXED_STATES = ("closed:completed", "merged")  # bot.plan.describe_state words for "closed as fixed"
-ATTENTION_VERDICTS = (CHANGED, HUMAN)  # verdicts listed under "Needs a human"
+ATTENTION_VERDICTS = NEEDS_HUMAN  # verdicts listed under "Needs a human": changed, human, not-reproduced
 _ROWS_BLOCK = re.compile(r"<!-- exportbot:dashboard-rows (\[.*?\]) -->")
 
 

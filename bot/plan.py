@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from bot.pins import BACKEND_STACK, normalize_name
-from bot.rerun import scope_modes
 from bot.tracker import NOT_FOUND, UpstreamState
+from bot.venvs import same_release
 from bot.verification import Verification
 from exporters.ledger import LedgerEntry
 from exporters.utils import Workaround
@@ -72,14 +72,15 @@ class Subject:
     upstream: str | None = None
     dependency: str | None = None
     failure: str | None = None
+    list_name: str | None = None  # a ledger entry's list (ONNX_DISABLE_OPTIMIZE: its re-runs need the optimizer on)
 
 
 def entry_subject(entry: LedgerEntry) -> Subject:
-    """A ledger entry as a subject: every model × every mode of its scope, through its backend."""
-    exports = tuple(Export(m, entry.backend, d) for m in entry.models for d in scope_modes(entry.scope))
+    """A ledger entry as a subject: every model × every mode its reproducer runs in, through its backend."""
+    exports = tuple(Export(m, entry.backend, d) for m in entry.models for d in entry.modes())
     return Subject(
         entry.id, ENTRY, entry.backend, exports, tuple(BACKEND_STACK[entry.backend]),
-        entry.upstream, entry.dependency, entry.failure,
+        entry.upstream, entry.dependency, entry.failure, entry.list_name,
     )  # fmt: skip
 
 
@@ -114,6 +115,9 @@ class Plan:
     moved_pins: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     candidate: str | None = None  # "onnx==1.24.0" when --candidate named a package of this stack
     versions: dict[str, str | None] = field(default_factory=dict)  # the stack at its current pins
+    # The verdict of the last verification (None: never verified). A pass is only evidence of a fix when
+    # the failure was seen before: after "still-needed" or "changed" at other versions.
+    last_verdict: str | None = None
 
 
 def describe_state(state: UpstreamState | None) -> str:
@@ -217,7 +221,7 @@ def plan_entry(
         reasons.append("nothing moved since the last verification")
     elif not due and not blocked and record is not None:
         reasons.append(f"nothing moved since {record.verified_on}")
-    return Plan(entry.id, due, reasons, moved, matched_candidate, versions)
+    return Plan(entry.id, due, reasons, moved, matched_candidate, versions, record.verdict if record else None)
 
 
 def _moved(
@@ -227,5 +231,13 @@ def _moved(
     return {
         name: (record.versions.get(name), version)
         for name, version in versions.items()
-        if record.versions.get(name) != version
+        if not same_version(record.versions.get(name), version)
     }
+
+
+def same_version(recorded: str | None, pinned: str | None) -> bool:
+    """Whether a recorded version is the pinned release: a re-run records what it ran with
+    (``2.13.0+cpu``), the pin file names the release (``2.13.0``)."""
+    if recorded is None or pinned is None:
+        return recorded == pinned
+    return recorded == pinned or same_release(recorded, pinned)

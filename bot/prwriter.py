@@ -212,7 +212,7 @@ def select_proposals(
     * ``not-due`` or ``unknown`` (nothing re-run, e.g. rate limited) for an entry the PR already
       proposes → kept: nothing speaks against it. The same for entries the report does not cover
       (``audit --entry``).
-    * ``still-needed``, ``changed``, ``human`` → taken out.
+    * ``still-needed``, ``changed``, ``human``, ``not-reproduced`` → taken out (any verdict but ``removable``).
     * At most ``max_proposals`` entries, so the body stays under GitHub's 65,536 characters and a
       review stays small; the rest wait for the next PR.
     * Never proposed: entries absent from the base branch's ledger or listed differently there (the

@@ -5,12 +5,16 @@ caches, a half-initialised exporter) and must be killable: a hang becomes status
 a stuck job. Each run is ``python -m bot export CLASS --backend B --static|--dynamic`` plus what leaves the
 workaround out:
 
-* a ledger entry: ``--ignore-ledger`` makes an ``EXPORT_SKIPS`` class export at all and an
-  ``ONNX_DISABLE_OPTIMIZE`` class export with the optimizer on, i.e. exactly "without the workaround";
+* a ledger entry: ``--repro ENTRY_ID`` exports the entry's reproducer (exporters.repro) without the
+  ledger, which makes an ``EXPORT_SKIPS`` class export at all and an ``ONNX_DISABLE_OPTIMIZE`` class
+  export with the optimizer on, i.e. exactly "without the workaround"; ``exportbot export CLASS --repro
+  ENTRY_ID`` by hand runs the same. The outcome records what it left off (``workaround_off``), which the
+  verdict requires of a pass;
 * a registered workaround (a necessity probe): ``--without NAME`` disables only that one; every other
   workaround and the ledger stay as the sweep that saw it fire had them.
 
-The runner is a plain callable ``run_export(model_class, backend, dynamic) -> dict`` (an outcome record
+The child reads the audit's registry (``EXPORTBOT_REGISTRY``), so ``audit --registry DIR`` gates and
+reproduces from DIR there too. The runner is a plain callable ``run_export(model_class, backend, dynamic) -> dict`` (an outcome record
 as :class:`bot.runner.ExportOutcome.as_dict` gives), so verdict logic can be tested without exports.
 """
 
@@ -46,17 +50,23 @@ def subprocess_runner(
     *,
     without: Sequence[str] = (),
     plain: bool = False,
+    repro: str | None = None,
+    registry: Path | None = None,
     python: str | Path = sys.executable,
     pythonpath: Path | None = None,
 ) -> RunExport:
     """A runner exporting in a fresh ``python -m bot export`` process, killed after ``timeout`` s.
 
+    ``repro`` (a ledger entry id) exports that entry's reproducer without the ledger: the audit's re-run;
     ``without`` names workarounds to disable instead of ignoring the ledger (a necessity probe);
     ``plain`` leaves nothing out (the export as a sweep runs it: the regression check of a candidate).
+    ``registry`` is the ledger directory the child reads (default: whatever it finds itself).
     ``python`` and ``pythonpath`` let ``exportbot bisect`` run this repository's code in another
     virtual environment (one per candidate version) that does not have exportbot installed.
     """
-    leave_out = [arg for name in without for arg in ("--without", name)] or ([] if plain else ["--ignore-ledger"])
+    leave_out = [arg for name in without for arg in ("--without", name)] or (
+        [] if plain else ["--repro", repro] if repro else ["--ignore-ledger"]
+    )
 
     def run_export(model_class: str, backend: str, dynamic: bool) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="exportbot-rerun-") as scratch:
@@ -66,10 +76,12 @@ def subprocess_runner(
                 "--dynamic" if dynamic else "--static", *leave_out,
                 "--outcome-json", str(record), "--out", str(Path(scratch) / "out"),
             ]  # fmt: skip
-            base = {"model": model_class, "backend": backend, "dynamic": dynamic}
+            base = {"model": model_class, "backend": backend, "dynamic": dynamic, "repro": repro}
             env = os.environ | {"HF_HUB_OFFLINE": "1"}
             if pythonpath is not None:
                 env["PYTHONPATH"] = str(pythonpath)
+            if registry is not None:
+                env["EXPORTBOT_REGISTRY"] = str(Path(registry).resolve())
             try:
                 done = subprocess.run(
                     command, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout

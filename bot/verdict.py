@@ -2,17 +2,23 @@
 
 Verdicts:
 
-* ``removable``: every run passed and matched eager, and something explains it: upstream closed as
-  completed / merged, or a stack pin moved since the last verification (named in the reasons). With the
+* ``removable``: every run passed and matched eager, each run shows that it ran without the workaround
+  (the ledger gate skipped, the optimizer on; for a registered workaround, it disabled) at the stack the
+  plan names, and something explains it: a stack pin moved since a verification that saw the entry fail,
+  or (a registered workaround, which records no failure) upstream closed as completed / merged. With the
   tracker unreachable (or the issue gone, 404) only a pin move counts: the re-run is the evidence and
   the unknown upstream is never read as "closed".
+* ``not-reproduced``: a ledger entry's reproducer passes at versions the entry claims it fails at (it was
+  never seen failing, or nothing moved since it was): the entry or its reproducer is wrong, a human
+  looks, and no PR ever proposes a removal on that evidence.
 * ``still-needed``: every failing run failed with an error the entry's ``failure`` regex matches
   (``re.search``). A workaround records no regex: any failure without it counts, and the first error is
   shown in the reasons so a reviewer sees what it still prevents.
 * ``changed``: some run failed differently (both the expected signature and the actual error are in the
   reasons): the workaround rots in place and a human should look.
-* ``human``: upstream closed as not planned / duplicate or reopened; or the export passes with nothing
-  that explains it (flaky or mis-recorded entry).
+* ``human``: upstream closed as not planned / duplicate or reopened; a pass that cannot show it ran
+  without the workaround, or at the planned versions; or a workaround passes with nothing that explains
+  it.
 * ``unknown``: the upstream state could not be learned and nothing justifies a verdict.
 * ``not-due``: nothing moved; no re-run happened.
 """
@@ -24,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.plan import Plan, Subject, as_subject, describe_state, is_unknown, needs_human
+from bot.plan import ENTRY, Plan, Subject, as_subject, describe_state, is_unknown, needs_human, same_version
 from bot.runner import PASS
 from bot.tracker import UpstreamState
 from exporters.ledger import LedgerEntry
@@ -33,10 +39,14 @@ REMOVABLE = "removable"
 STILL_NEEDED = "still-needed"
 CHANGED = "changed"
 HUMAN = "human"
+NOT_REPRODUCED = "not-reproduced"
 UNKNOWN = "unknown"
 NOT_DUE = "not-due"
-VERDICTS = (REMOVABLE, STILL_NEEDED, CHANGED, HUMAN, UNKNOWN, NOT_DUE)
-RERUN_VERDICTS = (REMOVABLE, STILL_NEEDED, CHANGED)  # verdicts backed by a re-run, worth remembering
+VERDICTS = (REMOVABLE, STILL_NEEDED, CHANGED, HUMAN, NOT_REPRODUCED, UNKNOWN, NOT_DUE)
+# Verdicts backed by a re-run, worth remembering (a not-reproduced entry is not re-run every audit).
+RERUN_VERDICTS = (REMOVABLE, STILL_NEEDED, CHANGED, NOT_REPRODUCED)
+NEEDS_HUMAN = (CHANGED, HUMAN, NOT_REPRODUCED)  # listed under "needs a human"; audit exit code 4
+FAILED_BEFORE = (STILL_NEEDED, CHANGED)  # last verdicts that saw the entry's reproducer fail
 
 
 @dataclass(frozen=True)
@@ -59,7 +69,40 @@ def evidence_of(outcome: dict[str, Any]) -> dict[str, Any]:
         "error": (outcome.get("error") or "")[:500] or None,
         "max_abs_diff": max(diffs.values()) if diffs else None,
         "seconds": outcome.get("seconds"),
+        "versions": dict(outcome.get("versions") or {}),
+        "workaround_off": _workaround_off(outcome),
     }
+
+
+def _workaround_off(outcome: dict[str, Any]) -> list[str]:
+    """What the run shows it left out: ledger entries (gate skipped, optimizer on) and disabled workarounds."""
+    return [*(outcome.get("workaround_off") or []), *(outcome.get("workarounds_disabled") or [])]
+
+
+def unproven_pass(subject: Subject, plan: Plan, outcome: dict[str, Any]) -> str | None:
+    """Why a passing ``outcome`` is no evidence for ``subject``, or None when it is.
+
+    A pass counts only when the run shows it ran without the workaround (an entry's reproducer with its
+    ledger gate skipped and, for ``ONNX_DISABLE_OPTIMIZE``, the optimizer on; a workaround disabled) and
+    at the versions the plan names: otherwise a re-run that kept the workaround, or ran elsewhere, would
+    read as a fix.
+    """
+    if subject.kind == ENTRY:
+        if outcome.get("repro") != subject.id:
+            return f"it did not export the entry's reproducer (--repro {subject.id})"
+        if subject.id not in (outcome.get("workaround_off") or []):
+            return "it does not show the entry's workaround was off (the ledger gate did not apply and get skipped)"
+        if subject.list_name == "ONNX_DISABLE_OPTIMIZE" and outcome.get("optimize") is not True:
+            return "it does not show the onnxscript optimizer was on"
+    elif subject.id not in (outcome.get("workarounds_disabled") or []):
+        return f"it does not show {subject.id} was disabled"
+    ran = outcome.get("versions") or {}
+    wrong = [
+        f"{name} {ran.get(name) or '(none recorded)'} instead of {pinned}"
+        for name, pinned in plan.versions.items()
+        if pinned is not None and not same_version(ran.get(name), pinned)
+    ]
+    return f"it ran with {', '.join(wrong)}" if wrong else None
 
 
 def verdict(
@@ -116,6 +159,17 @@ def verdict(
             evidence,
         )
 
+    unproven = next(
+        ((o, why) for o in outcomes if (why := unproven_pass(entry, plan, o)) is not None), None
+    )
+    if unproven is not None:
+        run, why = unproven
+        return Verdict(
+            entry.id,
+            HUMAN,
+            [f"{run.get('model')} ({_mode(run)}) passed, but {why}: not evidence that it can go"],
+            evidence,
+        )
     diffs = [e["max_abs_diff"] for e in evidence if e["max_abs_diff"] is not None]
     passed = f"all {len(outcomes)} runs pass and match eager" + (
         f" (max abs diff {max(diffs):.3g})" if diffs else ""
@@ -126,6 +180,17 @@ def verdict(
     explains = f"; moved since last verification: {', '.join(moved)}" if moved else ""
     if needs_human(upstream_state):
         return Verdict(entry.id, HUMAN, [f"{passed}, but upstream {state_word}: a human decides"], evidence)
+    if entry.kind == ENTRY and not (moved and plan.last_verdict in FAILED_BEFORE):
+        return Verdict(
+            entry.id,
+            NOT_REPRODUCED,
+            [
+                f"{passed} at {_stack(plan)}, where the entry claims /{entry.failure}/ "
+                f"({_last_seen(plan.last_verdict)}); "
+                "fix the entry or its [entry.repro]: never removed on this evidence"
+            ],
+            evidence,
+        )
     if moved or (upstream_state is not None and upstream_state.closed_as_fixed):
         return Verdict(entry.id, REMOVABLE, [f"{passed}; upstream {state_word}{explains}"], evidence)
     if is_unknown(upstream_state):
@@ -141,6 +206,15 @@ def verdict(
         [f"{passed} with upstream {state_word} and no pin moved: flaky or mis-recorded entry?"],
         evidence,
     )
+
+
+def _last_seen(last_verdict: str | None) -> str:
+    """Why a pass at these versions contradicts the entry, from its last verification."""
+    if last_verdict in FAILED_BEFORE:
+        return f"last verified {last_verdict}, and no pin of its stack moved since"
+    if last_verdict == NOT_REPRODUCED:
+        return "its reproducer did not fail at the last verification either"
+    return "its reproducer was never seen failing"
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

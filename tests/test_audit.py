@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from fake_github import (
 )
 from github import Auth, Github
 
-from bot.audit import EXIT_ATTENTION, EXIT_NOTHING, EXIT_REMOVABLE, audit_command, run_audit
+from bot.audit import EXIT_ATTENTION, EXIT_NOTHING, EXIT_REMOVABLE, audit_command, render_markdown, run_audit
 from bot.plan import plan_entry
 from bot.tracker import Tracker
 from bot.verification import Verification, load_verification, save_verification
@@ -75,22 +76,28 @@ def tracker(server: FakeGitHub, **options: Any) -> Tracker:
 
 
 class FakeRunner:
-    """An injected ``run_export``: answers with ``outcome`` and counts calls."""
+    """An injected entry runner: answers like ``export --repro ID`` would (the reproducer ran with the
+    entry's workaround off, at the pins), with ``status`` and ``error``, and counts calls."""
 
     def __init__(self, status: str = "pass", error: str | None = None) -> None:
         self.status, self.error, self.calls = status, error, 0
 
-    def __call__(self, model: str, backend: str, dynamic: bool) -> dict[str, Any]:
-        self.calls += 1
-        diffs = {"last_hidden_state": 1e-6} if self.status == "pass" else {}
-        return {"model": model, "backend": backend, "dynamic": dynamic, "status": self.status,
-                "error": self.error, "max_abs_diff": diffs, "seconds": 0.1}  # fmt: skip
+    def __call__(self, entry_id: str):
+        def run_export(model: str, backend: str, dynamic: bool) -> dict[str, Any]:
+            self.calls += 1
+            diffs = {"last_hidden_state": 1e-6} if self.status == "pass" else {}
+            optimize = True if backend == "onnx" else None
+            return {"model": model, "backend": backend, "dynamic": dynamic, "status": self.status,
+                    "error": self.error, "max_abs_diff": diffs, "seconds": 0.1, "repro": entry_id,
+                    "workaround_off": [entry_id], "optimize": optimize, "versions": dict(PINS)}  # fmt: skip
+
+        return run_export
 
 
 def audit(tmp_path: Path, server: FakeGitHub, entries: list[dict[str, Any]], runner: FakeRunner,
           verification: dict[str, Verification] | None = None, **options: Any):  # fmt: skip
     ledger = load_ledger(write_registry(tmp_path, entries))
-    return run_audit(ledger, tracker(server), PINS, verification or {}, runner, **options)
+    return run_audit(ledger, tracker(server), PINS, verification or {}, None, entry_runner=runner, **options)
 
 
 def verified(entry_id: str, **versions: str) -> dict[str, Verification]:
@@ -103,15 +110,30 @@ def only(report):
     return row.verdict
 
 
+def failed_at_older_torch(entry_id: str) -> dict[str, Verification]:
+    """The entry's reproducer was seen failing at torch 2.12.0; the pin has moved to 2.13.0 since."""
+    return verified(entry_id, torch="2.12.0")
+
+
 # ── Verdicts ──
-def test_closed_completed_and_passing_is_removable(tmp_path, fake_github):
+def test_closed_completed_and_passing_after_a_pin_move_is_removable(tmp_path, fake_github):
     number = fake_github.add_issue(REPO, state="closed", state_reason="completed")
     runner = FakeRunner()
-    report = audit(tmp_path, fake_github, [skip_entry("bert", web(number))], runner)
+    report = audit(tmp_path, fake_github, [skip_entry("bert", web(number))], runner,
+                   verification=failed_at_older_torch("bert"))  # fmt: skip
     result = only(report)
     assert result.verdict == "removable" and runner.calls == 2  # scope static × 2 runs
     assert "closed:completed" in result.reasons[0] and result.evidence[0]["max_abs_diff"] == 1e-6
     assert report.exit_code() == EXIT_REMOVABLE
+
+
+def test_passing_but_never_seen_failing_is_not_reproduced(tmp_path, fake_github):
+    number = fake_github.add_issue(REPO, state="closed", state_reason="completed")
+    report = audit(tmp_path, fake_github, [skip_entry("bert", web(number))], FakeRunner())
+    result = only(report)
+    assert result.verdict == "not-reproduced" and "never seen failing" in result.reasons[0]
+    assert report.exit_code() == EXIT_ATTENTION
+    assert "### Needs a human" in render_markdown(report) and "`bert`: **not-reproduced**" in render_markdown(report)
 
 
 def test_closed_but_still_failing_is_still_needed(tmp_path, fake_github):
@@ -160,7 +182,8 @@ def test_missing_issue_is_unknown(tmp_path, fake_github):
 def test_server_error_then_success_is_retried(tmp_path, fake_github):
     number = fake_github.add_issue(REPO, state="closed")
     fake_github.inject(f"/repos/{REPO}/issues/{number}", Fault.error(500))
-    report = audit(tmp_path, fake_github, [skip_entry("bert", web(number))], FakeRunner())
+    report = audit(tmp_path, fake_github, [skip_entry("bert", web(number))], FakeRunner(),
+                   verification=failed_at_older_torch("bert"))  # fmt: skip
     assert only(report).verdict == "removable"
 
 
@@ -188,7 +211,7 @@ def test_rate_limit_gives_partial_report_with_every_entry(tmp_path, fake_github,
         skip_entry("second", web(numbers[0]), models=["GPT2Model"]),
         skip_entry("third", web(numbers[1]), models=["T5Model"]),
     ]
-    report = audit(tmp_path, fake_github, entries, FakeRunner())
+    report = audit(tmp_path, fake_github, entries, FakeRunner(), verification=failed_at_older_torch("first"))
     data = report.as_dict()
     assert data["partial"] and data["rate_limited_until"]
     assert [e["id"] for e in data["entries"]] == ["first", "second", "third"]
@@ -252,19 +275,71 @@ def test_verification_roundtrip_keeps_unchanged_bytes(tmp_path):
 
 
 # ── End to end: real PyGithub, real CLI, real isolated subprocess export ──
-def test_end_to_end_real_subprocess_export(tmp_path, fake_github):
-    number = fake_github.add_issue(REPO, state="closed", state_reason="completed")
-    registry = write_registry(tmp_path, [skip_entry("bert-static", web(number))])
+def run_cli(tmp_path: Path, registry: Path, *extra: str) -> tuple[int, str, dict[str, Any] | None]:
     report_file = tmp_path / "report.json"
-    args = ["--registry", str(registry), "--github-url", fake_github.url, "--web-host", "github.com",
-            "--runs", "1", "--timeout", "300", "--json", str(report_file), "--update-verification"]  # fmt: skip
-    result = CliRunner().invoke(
-        audit_command, args, env={"GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}
-    )
-    assert result.exit_code == EXIT_REMOVABLE, result.output
-    [entry] = json.loads(report_file.read_text())["entries"]
+    args = ["--registry", str(registry), "--github-url", fake_github_url(registry), "--web-host", "github.com",
+            "--runs", "1", "--timeout", "300", "--json", str(report_file), *extra]  # fmt: skip
+    result = CliRunner().invoke(audit_command, args, env={"GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")})
+    report = json.loads(report_file.read_text()) if report_file.is_file() else None
+    return result.exit_code, result.output, report
+
+
+def fake_github_url(registry: Path) -> str:
+    return (registry / "github-url").read_text()
+
+
+def e2e_registry(tmp_path: Path, server: FakeGitHub, entry: dict[str, Any], record: Verification) -> Path:
+    registry = write_registry(tmp_path, [entry])
+    (registry / "github-url").write_text(server.url)
+    save_verification(registry, [record])
+    return registry
+
+
+def test_end_to_end_export_skip_is_rerun_from_the_audits_registry(tmp_path, fake_github):
+    """The class is gated only in this temporary registry: the child must read it (--registry reaches it)
+    and skip that gate (--repro), or the run is no pass (the entry is unknown to the child's own registry,
+    or the class is skipped there)."""
+    number = fake_github.add_issue(REPO, state="closed", state_reason="completed")
+    record = Verification("bert-static", datetime.date(2026, 1, 2), dict(PINS) | {"torch": "2.12.0"}, "x",
+                          "still-needed", "open")  # fmt: skip
+    registry = e2e_registry(tmp_path, fake_github, skip_entry("bert-static", web(number)), record)
+    code, output, report = run_cli(tmp_path, registry, "--update-verification")
+    assert code == EXIT_REMOVABLE, output
+    [entry] = report["entries"]
     assert entry["verdict"] == "removable", entry
     [run] = entry["evidence"]
     assert run["status"] == "pass" and run["max_abs_diff"] is not None and run["max_abs_diff"] < 1e-3
-    assert load_verification(registry)["bert-static"].verdict == "removable"
+    assert run["workaround_off"] == ["bert-static"]
+    stored = load_verification(registry)["bert-static"]
+    assert stored.verdict == "removable"
+    assert stored.versions == {"torch": metadata.version("torch"), "transformers": metadata.version("transformers")}
     assert "bert-static" in (tmp_path / "summary.md").read_text()
+
+
+def test_end_to_end_disable_optimize_is_rerun_with_the_optimizer_on(tmp_path, fake_github):
+    """An ONNX_DISABLE_OPTIMIZE re-run that kept the optimizer off would pass too: the outcome must show it
+    was on, or the pass is no evidence."""
+    number = fake_github.add_issue(REPO)
+    entry = skip_entry("bert-onnx-optimizer", web(number), backend="onnx", list="ONNX_DISABLE_OPTIMIZE",
+                       dependency="onnxscript")  # fmt: skip
+    del entry["model_change"]
+    record = Verification("bert-onnx-optimizer", datetime.date(2026, 1, 2),
+                          dict(PINS) | {"onnxscript": "0.7.1"}, "x", "still-needed", "open")  # fmt: skip
+    registry = e2e_registry(tmp_path, fake_github, entry, record)
+    code, output, report = run_cli(tmp_path, registry)
+    [row] = report["entries"]
+    assert (code, row["verdict"]) == (EXIT_REMOVABLE, "removable"), output
+    [run] = row["evidence"]
+    assert run["status"] == "pass" and run["workaround_off"] == ["bert-onnx-optimizer"]
+    assert "onnxscript 0.7.1 → 0.7.2" in row["reasons"][0]
+
+
+def test_interpreter_without_the_pins_is_a_one_line_error_before_any_rerun(tmp_path, fake_github):
+    number = fake_github.add_issue(REPO, state="closed", state_reason="completed")
+    registry = e2e_registry(tmp_path, fake_github, skip_entry("bert-static", web(number)),
+                            Verification("bert-static", datetime.date(2026, 1, 2), dict(PINS), "x", "still-needed", "open"))  # fmt: skip
+    (tmp_path / "constraints.txt").write_text(PIN_TEXT.replace("torch==2.13.0", "torch==2.12.0"))
+    code, output, report = run_cli(tmp_path, registry)
+    assert code == 2 and report is None
+    [line] = output.strip().splitlines()
+    assert "does not hold the pinned stack of bert-static: torch " in line and "(pinned 2.12.0)" in line
