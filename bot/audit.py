@@ -50,6 +50,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from bot.candidate import (
     DEFAULT_SAMPLE,
@@ -386,7 +387,7 @@ def render_table(report: AuditReport) -> Table:
             "\n".join(row.entry.models),
             f"{upstream}\n{row.entry.upstream or ''}".strip(),
             _due_text(row),
-            f"{row.verdict.verdict}\n" + "\n".join(row.verdict.reasons),
+            Text(f"{row.verdict.verdict}\n" + "\n".join(row.verdict.reasons)),  # reasons hold [brackets]
         )
     return table
 
@@ -408,7 +409,7 @@ def render_workaround_table(report: AuditReport) -> Table:
             _probes_text(row),
             f"{upstream}\n{row.workaround.upstream or ''}".strip(),
             _due_text(row),
-            f"{row.verdict.verdict}\n" + "\n".join(row.verdict.reasons),
+            Text(f"{row.verdict.verdict}\n" + "\n".join(row.verdict.reasons)),  # reasons hold [brackets]
         )
     return table
 
