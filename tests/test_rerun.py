@@ -1,0 +1,122 @@
+"""bot.rerun: the command line and environment of each re-run, through a real subprocess of a stand-in
+interpreter that records what it was given (no export), and what becomes of a run that hangs or dies.
+Also: no PR path ever proposes removing an entry whose evidence is ``not-reproduced``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.plan import ENTRY, Export, Subject
+from bot.prwriter import Proposal, select_proposals
+from bot.rerun import TIMEOUT, rerun_subject, subprocess_runner
+from exporters.ledger import load_ledger
+
+# Stands in for ``python -m bot export ...``: writes its argv and EXPORTBOT_REGISTRY as the outcome record.
+STAND_IN = """\
+import json, os, sys, time
+args = sys.argv[1:]
+if os.environ.get("STAND_IN_MODE") == "hang":
+    time.sleep(60)
+if os.environ.get("STAND_IN_MODE") == "die":
+    print("Traceback: boom", file=sys.stderr)
+    sys.exit(3)
+record = args[args.index("--outcome-json") + 1]
+with open(record, "w") as handle:
+    json.dump({"status": "pass", "args": args, "registry": os.environ.get("EXPORTBOT_REGISTRY"),
+               "offline": os.environ.get("HF_HUB_OFFLINE")}, handle)
+"""
+
+
+@pytest.fixture
+def interpreter(tmp_path: Path) -> Path:
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    python.chmod(0o755)
+    return python
+
+
+def leave_out(args: list[str]) -> list[str]:
+    """The flags after the shape mode, up to the outcome record: what the re-run leaves out."""
+    start = args.index("--static") + 1 if "--static" in args else args.index("--dynamic") + 1
+    return args[start : args.index("--outcome-json")]
+
+
+# (id, runner options, flags that must follow the mode, registry the child must read)
+ROWS = [
+    ("entry-reproducer", {"repro": "e", "registry": "REG"}, ["--repro", "e"], "REG"),
+    ("entry-without-registry", {"repro": "e"}, ["--repro", "e"], None),
+    ("probe", {"without": ("_fix_a",)}, ["--without", "_fix_a"], None),
+    ("two-probes", {"without": ("_fix_a", "_fix_b")}, ["--without", "_fix_a", "--without", "_fix_b"], None),
+    ("plain", {"plain": True}, [], None),
+    ("no-entry-named", {}, ["--ignore-ledger"], None),
+]
+
+
+@pytest.mark.parametrize(("options", "flags", "registry"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_command_line_and_registry(tmp_path, interpreter, monkeypatch, options, flags, registry):
+    monkeypatch.delenv("EXPORTBOT_REGISTRY", raising=False)
+    if options.get("registry"):
+        options = options | {"registry": tmp_path / "registry"}
+    outcome = subprocess_runner(30, python=interpreter, **options)("BertModel", "onnx", True)
+    args = outcome["args"]
+    assert args[:6] == ["-m", "bot", "export", "BertModel", "--backend", "onnx"] and "--dynamic" in args
+    assert leave_out(args) == flags
+    assert outcome["registry"] == (str((tmp_path / "registry").resolve()) if registry else None)
+    assert outcome["offline"] == "1"
+
+
+def test_a_hung_export_is_a_timeout_naming_its_reproducer(interpreter, monkeypatch):
+    monkeypatch.setenv("STAND_IN_MODE", "hang")
+    outcome = subprocess_runner(1, python=interpreter, repro="e")("BertModel", "dynamo", False)
+    assert outcome == {"model": "BertModel", "backend": "dynamo", "dynamic": False, "repro": "e",
+                       "status": TIMEOUT, "error": "timed out after 1 s"}  # fmt: skip
+
+
+def test_a_child_that_dies_is_a_failure_with_its_last_words(interpreter, monkeypatch):
+    monkeypatch.setenv("STAND_IN_MODE", "die")
+    outcome = subprocess_runner(30, python=interpreter, repro="e")("BertModel", "dynamo", False)
+    assert outcome["status"] == "failed" and outcome["error"] == "exit 3 without an outcome: Traceback: boom"
+
+
+def test_rerun_subject_repeats_every_export():
+    calls: list[tuple[str, bool]] = []
+
+    def run_export(model: str, backend: str, dynamic: bool) -> dict[str, Any]:
+        calls.append((model, dynamic))
+        return {"model": model, "status": "pass"}
+
+    subject = Subject("e", ENTRY, "dynamo", (Export("A", "dynamo", False), Export("B", "dynamo", True)), ("torch",))
+    outcomes = rerun_subject(subject, run_export, runs=2)
+    assert calls == [("A", False), ("A", False), ("B", True), ("B", True)]
+    assert [o["run"] for o in outcomes] == [1, 2, 1, 2]
+
+
+# ── No PR proposes a removal on not-reproduced evidence ──
+def test_not_reproduced_is_never_proposed_and_is_taken_out_of_an_open_pr(tmp_path: Path):
+    (tmp_path / "onnx_disable_optimize.toml").write_text("")
+    (tmp_path / "export_skips.toml").write_text(
+        '[[entry]]\nid = "e"\nmodels = ["BertModel"]\nbackend = "dynamo"\nscope = "static"\ndependency = "torch"\n'
+        'reason = "r"\nmodel_change = "m"\nfailure = "x"\nadded = 2026-01-01\n'
+    )
+    pins = {"torch": "2.13.0", "transformers": "5.23.0"}
+    evidence = [{"model": "BertModel", "mode": "static", "run": r, "status": "pass", "max_abs_diff": 0.0} for r in (1, 2)]
+    row = {"id": "e", "list": "EXPORT_SKIPS", "models": ["BertModel"], "backend": "dynamo", "scope": "static",
+           "upstream": None, "upstream_state": {"summary": "none"}, "verdict": "not-reproduced",
+           "reasons": ["all 2 runs pass ... never removed on this evidence"], "evidence": evidence}  # fmt: skip
+    report = {"schema": 1, "pins": pins, "entries": [row], "generated_at": "2026-12-01T00:00:00Z"}
+    base = load_ledger(tmp_path)
+    fresh = select_proposals(report, base, [], [], runs_required=2)
+    assert fresh.proposals == () and fresh.notes["e"] == "not removable: not-reproduced"
+    earlier = Proposal("e", "EXPORT_SKIPS", ("BertModel",), "dynamo", "static", None, "none", pins,
+                       evidence=tuple(evidence))  # fmt: skip
+    kept = select_proposals(report, base, [earlier], [], runs_required=2)
+    assert kept.proposals == () and kept.notes["e"].startswith("taken out: not-reproduced")
+    # The same row, removable, is proposed: the guard is the verdict, not a broken fixture.
+    assert [p.id for p in select_proposals({**report, "entries": [row | {"verdict": "removable"}]}, base, [], [], 2).proposals] == ["e"]

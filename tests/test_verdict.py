@@ -1,0 +1,174 @@
+"""bot.verdict, table-driven: upstream state × pins moved × outcomes → one verdict (pure: no I/O, no exports).
+
+Each row would fail if the logic it names were broken: "removable whenever every run passes" fails the
+open/unknown/never-verified rows, "1 of 2 passing counts as passing" fails the flaky rows, a pass that
+cannot show its workaround was off (or ran at other versions) must never be removable.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+
+from bot.plan import ENTRY, WORKAROUND, Export, Subject, plan_entry
+from bot.tracker import UpstreamState
+from bot.verdict import (
+    CHANGED,
+    HUMAN,
+    NOT_DUE,
+    NOT_REPRODUCED,
+    REMOVABLE,
+    STILL_NEEDED,
+    UNKNOWN,
+    unproven_pass,
+    verdict,
+)
+from bot.verification import Verification
+from exporters.ledger import UpstreamRef
+
+PINS = {"torch": "2.13.0", "transformers": "5.23.0", "onnx": "1.23.2", "onnxscript": "0.7.2", "onnxruntime": "1.32.0"}
+STACK = ("torch", "transformers")
+FAILURE = r"Could not guard on data-dependent expression"
+URL = "https://github.com/pytorch/pytorch/issues/1"
+REF = UpstreamRef("pytorch", "pytorch", 1, "issue")
+
+SKIP = Subject("e", ENTRY, "dynamo", (Export("BertModel", "dynamo", False),), STACK, URL, "torch", FAILURE,
+               "EXPORT_SKIPS")  # fmt: skip
+TWO_CLASSES = Subject("e", ENTRY, "dynamo", (Export("BertModel", "dynamo", False), Export("GPT2Model", "dynamo", False)),
+                      STACK, URL, "torch", FAILURE, "EXPORT_SKIPS")  # fmt: skip
+ODO = Subject("e", ENTRY, "onnx", (Export("BertModel", "onnx", False),), (*STACK, "onnx", "onnxscript", "onnxruntime"),
+              URL, "onnxscript", "ShapeInferenceError", "ONNX_DISABLE_OPTIMIZE")  # fmt: skip
+PROBE = Subject("_fix_x", WORKAROUND, "dynamo", (Export("BertModel", "dynamo", False),), STACK, URL, "torch", None)
+
+
+def state(kind: str) -> UpstreamState | None:
+    return {
+        "none": None,
+        "open": UpstreamState(REF, "issue", "open"),
+        "reopened": UpstreamState(REF, "issue", "open", "reopened"),
+        "closed:completed": UpstreamState(REF, "issue", "closed", "completed"),
+        "closed:not_planned": UpstreamState(REF, "issue", "closed", "not_planned"),
+        "unknown": UpstreamState(REF, None, None, reachable=False, error="connection refused"),
+        "not found": UpstreamState(REF, None, None, error="not found"),
+    }[kind]
+
+
+def record(kind: str, subject: Subject = SKIP) -> dict[str, Verification]:
+    """never: no verification; same: failed at these pins; moved: failed at torch 2.12.0 (pin moved since);
+    not-reproduced-moved: passed at torch 2.12.0 already."""
+    versions = {n: PINS[n] for n in subject.stack}
+    return {
+        "never": {},
+        "same": {subject.id: Verification(subject.id, datetime.date(2026, 1, 2), versions, "x", STILL_NEEDED, "open")},
+        "moved": {subject.id: Verification(subject.id, datetime.date(2026, 1, 2), versions | {"torch": "2.12.0"}, "x",
+                                           STILL_NEEDED, "open")},
+        "changed-moved": {subject.id: Verification(subject.id, datetime.date(2026, 1, 2), versions | {"torch": "2.12.0"},
+                                                   "x", CHANGED, "open")},
+        "not-reproduced-moved": {subject.id: Verification(subject.id, datetime.date(2026, 1, 2),
+                                                          versions | {"torch": "2.12.0"}, "x", NOT_REPRODUCED, "open")},
+    }[kind]  # fmt: skip
+
+
+def run(status: str = "pass", error: str | None = None, subject: Subject = SKIP, **changes: Any) -> dict[str, Any]:
+    """An outcome as ``export --repro ID`` records it: the reproducer, its workaround off, at the pins."""
+    outcome = {
+        "model": "BertModel", "backend": subject.backend, "dynamic": False, "status": status, "error": error,
+        "max_abs_diff": {"out": 1e-6} if status == "pass" else {}, "seconds": 1.0,
+        "versions": {n: PINS[n] + "+cpu" if n == "torch" else PINS[n] for n in subject.stack},
+    }  # fmt: skip
+    if subject.kind == ENTRY:
+        outcome |= {"repro": subject.id, "workaround_off": [subject.id]}
+        if subject.backend == "onnx":
+            outcome["optimize"] = True
+    else:
+        outcome["workarounds_disabled"] = [subject.id]
+    return outcome | changes
+
+
+PASS = run()
+MATCHING = run("failed", "Could not guard on data-dependent expression Eq(u0, 1)")
+DIFFERENT = run("failed", "RuntimeError: shape mismatch")
+
+# (id, subject, upstream, record, outcomes, verdict, a phrase of the first reason)
+ROWS = [
+    # Every run passes: only a pin move after a seen failure removes an entry.
+    ("pass+moved+open", SKIP, "open", "moved", [PASS, PASS], REMOVABLE, "torch 2.12.0 → 2.13.0"),
+    ("pass+moved+unknown-tracker", SKIP, "unknown", "moved", [PASS, PASS], REMOVABLE, "torch 2.12.0 → 2.13.0"),
+    ("pass+moved+no-upstream", SKIP, "none", "moved", [PASS, PASS], REMOVABLE, "torch 2.12.0 → 2.13.0"),
+    ("pass+moved+closed", SKIP, "closed:completed", "moved", [PASS, PASS], REMOVABLE, "closed:completed"),
+    ("pass+moved-after-changed", SKIP, "open", "changed-moved", [PASS, PASS], REMOVABLE, "torch 2.12.0"),
+    ("pass+same-pins+open", SKIP, "open", "same", [PASS, PASS], NOT_REPRODUCED, "no pin of its stack moved"),
+    ("pass+same-pins+unknown-tracker", SKIP, "unknown", "same", [PASS, PASS], NOT_REPRODUCED, "no pin of its stack moved"),
+    ("pass+same-pins+closed", SKIP, "closed:completed", "same", [PASS, PASS], NOT_REPRODUCED, "no pin of its stack moved"),
+    ("pass+never-verified+closed", SKIP, "closed:completed", "never", [PASS, PASS], NOT_REPRODUCED, "never seen failing"),
+    ("pass+never-verified+open", SKIP, "open", "never", [PASS], NOT_REPRODUCED, "never seen failing"),
+    ("pass+moved-but-never-reproduced", SKIP, "open", "not-reproduced-moved", [PASS], NOT_REPRODUCED,
+     "did not fail at the last verification either"),
+    ("pass+not-planned", SKIP, "closed:not_planned", "moved", [PASS, PASS], HUMAN, "a human decides"),
+    ("pass+reopened", SKIP, "reopened", "moved", [PASS], HUMAN, "a human decides"),
+    # A pass that cannot show it ran without the workaround, at the planned versions, is no evidence.
+    ("pass-without-repro", SKIP, "open", "moved", [PASS, run(repro=None)], HUMAN, "did not export the entry's reproducer"),
+    ("pass-gate-not-skipped", SKIP, "open", "moved", [run(workaround_off=[])], HUMAN, "workaround was off"),
+    ("odo-optimizer-off", ODO, "open", "moved", [run(subject=ODO, optimize=False)], HUMAN, "optimizer was on"),
+    ("pass-at-other-versions", SKIP, "open", "moved", [run(versions={"torch": "2.12.0", "transformers": "5.23.0"})],
+     HUMAN, "torch 2.12.0 instead of 2.13.0"),
+    ("pass-recording-no-versions", SKIP, "open", "moved", [run(versions={})], HUMAN, "(none recorded)"),
+    ("odo-pass+moved", ODO, "open", "moved", [run(subject=ODO)], REMOVABLE, "torch 2.12.0 → 2.13.0"),
+    # 1 of 2 runs passing is never a pass.
+    ("1-of-2+matching+moved", SKIP, "closed:completed", "moved", [PASS, MATCHING], STILL_NEEDED, "still fails as recorded"),
+    ("1-of-2+different+moved", SKIP, "closed:completed", "moved", [PASS, DIFFERENT], CHANGED, "fails differently"),
+    ("1-of-2-classes", TWO_CLASSES, "closed:completed", "moved", [PASS, MATCHING], STILL_NEEDED, "1 of 2 runs passed"),
+    # Failures.
+    ("matching+open", SKIP, "open", "moved", [MATCHING, MATCHING], STILL_NEEDED, "still fails as recorded"),
+    ("matching+closed", SKIP, "closed:completed", "never", [MATCHING], STILL_NEEDED, "still fails as recorded"),
+    ("different+open", SKIP, "open", "same", [MATCHING, DIFFERENT], CHANGED, "shape mismatch"),
+    ("timeout-is-not-matching", SKIP, "open", "same", [run("timeout", "timed out after 60 s")], CHANGED, "timed out"),
+    ("skipped-is-not-a-pass", SKIP, "open", "moved", [run("skipped")], CHANGED, "got skipped"),
+    # A registered workaround records no failure: any failure counts; its pass needs it disabled.
+    ("probe-pass+closed", PROBE, "closed:completed", "never", [run(subject=PROBE)], REMOVABLE, "closed:completed"),
+    ("probe-pass+open+same", PROBE, "open", "same", [run(subject=PROBE)], HUMAN, "flaky or mis-recorded"),
+    ("probe-pass+unknown+same", PROBE, "unknown", "same", [run(subject=PROBE)], UNKNOWN, "not enough to remove"),
+    ("probe-pass-not-disabled", PROBE, "closed:completed", "never", [run(subject=PROBE, workarounds_disabled=[])],
+     HUMAN, "was disabled"),
+    ("probe-failure", PROBE, "closed:completed", "moved", [run("failed", "anything", subject=PROBE)], STILL_NEEDED,
+     "anything"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("subject", "upstream", "recorded", "outcomes", "expected", "phrase"),
+                         [row[1:] for row in ROWS], ids=[row[0] for row in ROWS])  # fmt: skip
+def test_verdict_table(subject, upstream, recorded, outcomes, expected, phrase):
+    found = state(upstream)
+    plan = plan_entry(subject, found, PINS, record(recorded, subject), force=True)
+    result = verdict(subject, plan, found, outcomes)
+    assert (result.verdict, phrase in result.reasons[0] or phrase in " ".join(result.reasons)) == (expected, True), (
+        result.reasons
+    )
+    assert len(result.evidence) == len(outcomes)
+
+
+# Not re-run (the plan was not due): no outcomes.
+@pytest.mark.parametrize(
+    ("upstream", "expected"),
+    [("open", NOT_DUE), ("none", NOT_DUE), ("closed:not_planned", HUMAN), ("reopened", HUMAN), ("unknown", UNKNOWN),
+     ("not found", UNKNOWN)],
+)  # fmt: skip
+def test_verdict_without_reruns(upstream, expected):
+    found = state(upstream)
+    plan = plan_entry(SKIP, found, PINS, record("same"))
+    assert not plan.due
+    assert verdict(SKIP, plan, found, []).verdict == expected
+
+
+def test_evidence_carries_versions_and_what_was_left_off():
+    plan = plan_entry(SKIP, state("open"), PINS, record("moved"), force=True)
+    [evidence] = verdict(SKIP, plan, state("open"), [PASS]).evidence
+    assert evidence["versions"] == {"torch": "2.13.0+cpu", "transformers": "5.23.0"}
+    assert evidence["workaround_off"] == ["e"]
+
+
+def test_unproven_pass_accepts_a_local_version_tag():
+    plan = plan_entry(SKIP, state("open"), PINS, record("moved"), force=True)
+    assert unproven_pass(SKIP, plan, PASS) is None  # "2.13.0+cpu" is release 2.13.0
