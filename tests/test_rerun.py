@@ -4,7 +4,6 @@ Also: no PR path ever proposes removing an entry whose evidence is ``not-reprodu
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
