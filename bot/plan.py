@@ -178,9 +178,10 @@ def plan_entry(
     state_word = describe_state(upstream_state)
     if upstream_state is not None and upstream_state.closed_as_fixed:
         seen = record and not moved and record.upstream_state == state_word
-        if seen and record.verdict in ("still-needed", "changed"):
+        if seen and record.verdict in ("still-needed", "changed", "not-reproduced"):
+            outcome = "not reproduced" if record.verdict == "not-reproduced" else "still failing"
             reasons.append(
-                f"upstream {state_word}, but still failing at these pins on {record.verified_on}; "
+                f"upstream {state_word}, but {outcome} at these pins on {record.verified_on}; "
                 "recheck when a pin moves"
             )
         else:

@@ -49,6 +49,8 @@ ROWS = [
      "still-needed"),
     ("closed-and-rechecked", "closed:completed", recorded(AT_PINS, state="closed:completed"), None, False, False,
      "still failing at these pins", {}, "still-needed"),
+    ("not-reproduced-and-closed-is-not-rerun", "closed:completed", recorded(AT_PINS, "not-reproduced", "closed:completed"),
+     None, False, False, "not reproduced at these pins", {}, "not-reproduced"),
     ("not-reproduced-not-rerun", "open", recorded(AT_PINS, "not-reproduced"), None, False, False, "nothing moved", {},
      "not-reproduced"),
     ("not-planned-blocks", "closed:not_planned", recorded(OLD_TORCH), None, False, False, "a human decides",
