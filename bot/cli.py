@@ -11,28 +11,32 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from bot.errors import EXIT_FAILED, UsageProblem, report_errors
+from bot.errors import EXIT_FAILED, ExportbotGroup, SuggestingChoice, UsageProblem, report_errors
 from bot.runner import BACKENDS, PASS, SKIPPED, ExportRequest, export_one
+from exporters.export_options import DTYPES, TASKS
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
+@click.group(cls=ExportbotGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors (accepted anywhere).")
 def main(debug: bool) -> None:
     """exportbot: export transformers models to ONNX and ExecuTorch, and keep the workaround lists honest.
+
+    Results go to stdout, progress and errors to stderr. Exit codes: 0 success, 1 the job ran and found a
+    problem, 2 bad input (one line, before any work), 130 interrupted (Ctrl-C).
 
     \b
     Examples:
       exportbot export LlamaForCausalLM --backend onnx --dynamic --out out/llama
-      exportbot export ./my-checkpoint --backend executorch
+      exportbot export ./my-checkpoint --task text-classification --backend executorch
       exportbot list-workarounds --json
-      exportbot lint
+      exportbot audit --tracker registry/upstream-snapshot.json
     """
     if not debug:
         quiet_library_logs()
@@ -44,7 +48,7 @@ def quiet_library_logs() -> None:
     import warnings
 
     def silence() -> None:
-        for name in ("torch", "torchao", "onnxscript", "onnx_ir", "transformers"):
+        for name in ("torch", "torchao", "onnxscript", "onnx_ir", "transformers", "huggingface_hub"):
             logging.getLogger(name).setLevel(logging.ERROR)
 
     silence()
@@ -56,109 +60,173 @@ def quiet_library_logs() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
-def _check_model_argument(model: str) -> None:
-    path = Path(model)
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise UsageProblem(f"{model}: not a checkpoint directory (no readable config.json)")
-        return
-    if "/" in model or model.startswith("."):
-        raise UsageProblem(f"{model}: no such directory")
-    from exporters.tiny import TinyModelError, model_class
-
-    try:
-        model_class(model)
-    except TinyModelError as error:
-        raise UsageProblem(str(error)) from None
-
-
 @main.command("export")
 @click.argument("model")
-@click.option("--backend", type=click.Choice(BACKENDS), default="dynamo", show_default=True,
+@click.option("--backend", type=SuggestingChoice(BACKENDS), default="dynamo", show_default=True,
               help="dynamo writes model.pt2, onnx writes model.onnx, executorch writes model.pte.")
+@click.option("--task", type=SuggestingChoice(list(TASKS)), default=None, metavar="TASK",
+              help=f"Head to export: {', '.join(TASKS)} [default: the class named, or config.json's architectures].")
 @click.option("--dynamic/--static", default=False, show_default=True,
               help="Export with symbolic batch and sequence dimensions (validated at a second shape).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Directory for the artifact and summary.json [default: out/<MODEL>-<backend>-<mode>].")
+@click.option("--batch-size", type=int, default=2, show_default=True, help="Batch of the sample inputs.")
+@click.option("--sequence-length", type=int, default=8, show_default=True, help="Token sequence of the sample inputs.")
+@click.option("--image-size", type=int, default=None,
+              help="Side of the sample images (a class name: also the tiny config's image_size).")
+@click.option("--max-batch", type=int, default=None, help="Upper bound of the dynamic batch dim (with --dynamic).")
+@click.option("--max-sequence", type=int, default=None,
+              help="Upper bound of the dynamic sequence dim (with --dynamic; ExecuTorch default 128).")
+@click.option("--dynamic-dim", "dynamic_dims", multiple=True, metavar="NAME:AXIS[:MIN:MAX]",
+              help="Also make this input axis dynamic, within MIN..MAX (repeatable; ExecuTorch needs MAX).")
+@click.option("--opset", type=int, default=None, help="ONNX opset (18-23) [default: 20].")
+@click.option("--dtype", type=SuggestingChoice(list(DTYPES)), default=None,
+              help="Model and float inputs in this dtype; tolerances follow it (float16 1e-2, bfloat16 5e-2) "
+              "[default: float32; ExecuTorch: its backend's].")
+@click.option("--atol", type=float, default=None, help="Absolute tolerance of validation [default: per backend/dtype].")
+@click.option("--rtol", type=float, default=None, help="Relative tolerance of validation [default: per backend/dtype].")
+@click.option("--pretrained", is_flag=True, help="Hub id: load its weights too (else random weights from its config).")
 @click.option("--no-optimize", is_flag=True, help="ONNX: turn the onnxscript optimizer off.")
-@click.option("--et-backend", type=click.Choice(["xnnpack", "cuda"]), default="xnnpack", show_default=True,
-              help="ExecuTorch delegate.")
+@click.option("--et-backend", type=SuggestingChoice(["xnnpack", "cuda"]), default=None,
+              help="ExecuTorch delegate [default: xnnpack]; cuda needs a GPU.")
 @click.option("--without", multiple=True, metavar="NAME",
               help="Leave this workaround out (repeatable); see `exportbot list-workarounds`.")
 @click.option("--ignore-ledger", is_flag=True, help="Export even if the class is listed in EXPORT_SKIPS, "
               "and with the optimizer on even if listed in ONNX_DISABLE_OPTIMIZE.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the tiny random model.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for random weights.")
 @click.option("--repro", "repro", default=None, metavar="ENTRY_ID",
               help="Export ledger entry ENTRY_ID's reproducer (registry/README.md) without the ledger: exactly "
               "what `exportbot audit` re-runs for it.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome record as JSON on stdout.")
 @click.option("--outcome-json", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the outcome record (status, error, diffs, workarounds fired) as JSON here.")
 @report_errors
-def export_command(model: str, backend: str, dynamic: bool, out_dir: Path | None, no_optimize: bool,
-                   et_backend: str, without: tuple[str, ...], ignore_ledger: bool, seed: int,
-                   repro: str | None, outcome_json: Path | None) -> None:
-    """Export MODEL (a transformers class name, built tiny and random, or a local checkpoint directory).
+def export_command(model: str, backend: str, task: str | None, dynamic: bool, out_dir: Path | None,
+                   batch_size: int, sequence_length: int, image_size: int | None, max_batch: int | None,
+                   max_sequence: int | None, dynamic_dims: tuple[str, ...], opset: int | None, dtype: str | None,
+                   atol: float | None, rtol: float | None, pretrained: bool, no_optimize: bool,
+                   et_backend: str | None, without: tuple[str, ...], ignore_ledger: bool, seed: int,
+                   repro: str | None, as_json: bool, outcome_json: Path | None) -> None:
+    """Export MODEL and check the artifact against the eager model.
 
-    Validates the artifact against the eager model (and at a second shape when --dynamic) and writes the
-    artifact plus summary.json (validation diffs, timings, workarounds fired) to --out.
+    MODEL is a transformers class name (built tiny and random), a local checkpoint directory, or a hub id
+    (org/name: its config, and its weights with --pretrained). The artifact is validated against eager
+    (and at a second shape when --dynamic) and written with summary.json (options, diffs, timings,
+    workarounds fired) to --out; a failure is one line (stage, cause, hint), its full text in summary.json.
+
+    \b
+    Examples:
+      exportbot export BertModel --backend onnx --dynamic --max-sequence 64 --opset 18
+      exportbot export ./ckpt --task text-classification --dtype float16 --backend onnx
+      exportbot export ViTModel --backend executorch --batch-size 1 --image-size 64
+      exportbot export LlamaModel --dynamic-dim input_ids:1:2:32 --dynamic-dim attention_mask:1:2:32
     """
-    _check_model_argument(model)
+    from bot.export_checks import check_request, publish, staging_dir
+
+    out_dir = out_dir or Path("out") / f"{Path(model).name}-{backend}-{'dynamic' if dynamic else 'static'}"
+    options = check_request(
+        model, backend, dynamic, out_dir, et_backend=et_backend, no_optimize=no_optimize, without=without,
+        task=task, batch_size=batch_size, sequence_length=sequence_length, image_size=image_size,
+        max_batch=max_batch, max_sequence=max_sequence, dynamic_dims=dynamic_dims, opset=opset, dtype=dtype,
+        atol=atol, rtol=rtol, pretrained=pretrained,
+    )  # fmt: skip
     if repro is not None:
         from bot.repro_option import check_repro
 
         check_repro(repro, model, backend, dynamic)
-    if without:
-        from exporters import load_all_workarounds
-        from exporters.utils import WorkaroundError, check_disabled_names
+    from bot.progress import StageDisplay
 
-        load_all_workarounds()
-        try:
-            check_disabled_names(set(without))
-        except WorkaroundError as error:
-            raise UsageProblem(str(error)) from None
-    mode = "dynamic" if dynamic else "static"
-    out_dir = out_dir or Path("out") / f"{Path(model).name}-{backend}-{mode}"
-    request = ExportRequest(model, backend, dynamic, optimize=False if no_optimize else None, et_backend=et_backend,
-                            without=without, ignore_ledger=("all",) if ignore_ledger else (), seed=seed,
-                            out_dir=out_dir, repro=repro)
-    console = Console(stderr=True)
-    with console.status(f"{model}: starting") as status:
-        outcome = export_one(request, progress=lambda step: status.update(f"{model}: {step}"))
+    with staging_dir(out_dir) as staging:
+        request = ExportRequest(model, backend, dynamic, optimize=False if no_optimize else None,
+                                et_backend=et_backend or "xnnpack", without=without,
+                                ignore_ledger=("all",) if ignore_ledger else (), seed=seed, out_dir=staging,
+                                repro=repro, options=options)
+        with StageDisplay(Console(stderr=True), model) as display:
+            from exporters.export_options import OptionError
+
+            try:
+                outcome = export_one(request, progress=display)
+            except OptionError as error:
+                raise UsageProblem(str(error)) from None
+        outcome.files = publish(staging, out_dir, outcome.files)
     if outcome_json is not None:
-        outcome_json.write_text(json.dumps(outcome.as_dict(), indent=2) + "\n")
+        write_atomically(outcome_json, json.dumps(outcome.as_dict(), indent=2) + "\n")
+    if as_json:
+        click.echo(json.dumps(outcome.as_dict(), indent=2))
+    elif outcome.status == SKIPPED:
+        click.echo(f"{model}: skipped by ledger entry {outcome.ledger_entry!r}: {outcome.ledger_reason}")
+    else:
+        _print_outcome(outcome)
     if outcome.status == SKIPPED:
-        click.echo(f"{model}: skipped by ledger entry {outcome.ledger_entry!r}: {outcome.ledger_reason}\n"
-                   f"Use --ignore-ledger to try the export anyway.")
-        sys.exit(EXIT_FAILED)
-    _print_outcome(console, outcome)
+        click.echo("Use --ignore-ledger to try the export anyway.", err=True)
+    elif outcome.status != PASS:
+        click.echo(_failure_line(outcome), err=True)
+        if click.get_current_context().find_root().params.get("debug") and "summary" in outcome.files:
+            click.echo(json.loads(Path(outcome.files["summary"]).read_text()).get("traceback", ""), err=True)
     if outcome.status != PASS:
         sys.exit(EXIT_FAILED)
 
 
-def _print_outcome(console: Console, outcome) -> None:
-    table = Table(title=f"{outcome.model} → {outcome.backend} ({outcome.mode}): {outcome.status}")
-    table.add_column("output")
-    table.add_column("max abs diff", justify="right")
-    for name, diff in outcome.max_abs_diff.items():
-        table.add_row(name, f"{diff:.3g}")
-    console.print(table)
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename: never a half-written file."""
+    temporary = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def _failure_line(outcome: Any) -> str:
+    """``failed at STAGE: Type: innermost cause — hint: ... (full text: summary.json)``: one line."""
+    stage = f" at {outcome.failed_stage}" if outcome.failed_stage else ""
+    from bot.errors import caused_by, first_line, hint_for
+
+    if outcome.error_type:
+        cause = caused_by(outcome.error_type, outcome.cause)
+    else:  # did not validate: the error is the comparison's own summary
+        cause = first_line(outcome.error or "no output tensor to compare")
+    hint = outcome.hint or hint_for(outcome.error or "", outcome.failed_stage, outcome.backend)
+    where = f" (full text: {outcome.files['summary']})" if "summary" in outcome.files else ""
+    return f"{outcome.model}: {outcome.status}{stage}: {cause} — hint: {hint}{where}"
+
+
+def _print_outcome(outcome: Any) -> None:
+    """The result on stdout: status, the diff table when something was compared, timings, files."""
+    console = Console()
+    console.print(f"{outcome.model} → {outcome.backend} ({outcome.mode}): {outcome.status}", highlight=False)
+    if outcome.max_abs_diff:
+        table = Table()
+        table.add_column("output", overflow="fold")
+        table.add_column("max abs diff", justify="right")
+        for name, diff in outcome.max_abs_diff.items():
+            table.add_row(name, f"{diff:.3g}")
+        console.print(table)
     if outcome.ledger_entry:
-        console.print(f"ledger entry applied: {outcome.ledger_entry} ({outcome.ledger_reason})")
+        console.print(f"ledger entry applied: {outcome.ledger_entry} ({outcome.ledger_reason})", highlight=False)
     if outcome.workarounds_fired:
-        console.print("workarounds fired: " + ", ".join(f"{k}×{v}" for k, v in outcome.workarounds_fired.items()))
-    timing = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.stage_seconds.items())
-    console.print(f"time: {outcome.seconds:.1f}s ({timing})")
-    if outcome.error:
-        console.print(f"[red]{outcome.error_type or outcome.status}[/red]: {outcome.error[:2000]}")
+        console.print("workarounds fired: " + ", ".join(f"{k}×{v}" for k, v in outcome.workarounds_fired.items()),
+                      highlight=False)
+    if outcome.stage_seconds:
+        timing = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.stage_seconds.items())
+        console.print(f"time: {outcome.seconds:.1f}s ({timing})", highlight=False)
     for kind, path in outcome.files.items():
-        console.print(f"{kind}: {path}")
+        console.print(f"{kind}: {path}", highlight=False, soft_wrap=True)
 
 
 @main.command("list-workarounds")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @report_errors
 def list_workarounds_command(as_json: bool) -> None:
-    """Every registered workaround: kind, backend, targets, upstream issue, dependency."""
+    """List every registered workaround: kind, backend, targets, upstream issue, dependency.
+
+    The table shows upstream issues as owner/repo#N and patch targets by their last two names; --json
+    gives the full URLs, dotted paths and one-line summaries.
+
+    \b
+    Examples:
+      exportbot list-workarounds
+      exportbot list-workarounds --json | jq -r '.[] | select(.backend == "onnx") | .name'
+      exportbot list-workarounds --json > workarounds.json
+    """
+    from bot.terminal import compact_table, short_link, short_target
     from exporters import load_all_workarounds
     from exporters.utils import all_workarounds
 
@@ -167,18 +235,19 @@ def list_workarounds_command(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(workarounds, indent=2))
         return
-    table = Table(title=f"{len(workarounds)} workarounds")
-    for column in ("name", "kind", "backend", "targets", "upstream", "dependency"):
-        table.add_column(column, overflow="fold")
+    table = compact_table("workaround (targets)", "backend · kind\nupstream · needs", title=f"{len(workarounds)} workarounds")
+    table.columns[0].width = max(len(w["name"]) for w in workarounds)
     for w in workarounds:
-        table.add_row(w["name"], w["kind"], w["backend"], "\n".join(w["targets"]), w["upstream"] or "—",
-                      w["dependency"] or "—")
+        targets = "".join(f"\n {short_target(t)}" for t in w["targets"])
+        table.add_row(f"{w['name']}[dim]{escape(targets)}[/dim]",
+                      f"{w['backend']} · {w['kind']}\n[dim]{short_link(w['upstream'])} · {w['dependency'] or '—'}[/dim]")
     Console().print(table)
 
 
 def _register_subcommands() -> None:
     from bot.audit import audit_command
     from bot.bisect import bisect_command
+    from bot.help_examples import attach_examples
     from bot.lint import lint_command
     from bot.shrink import pr_command
     from bot.sweep import sweep_group
@@ -190,6 +259,7 @@ def _register_subcommands() -> None:
     main.add_command(pr_command)
     main.add_command(workarounds_group)
     main.add_command(bisect_command)
+    attach_examples(main)
 
 
 _register_subcommands()

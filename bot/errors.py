@@ -1,8 +1,14 @@
-"""How the CLI reports problems: one line, a documented exit code, a traceback only with ``--debug``."""
+"""How the CLI reports problems: one line, a documented exit code, a traceback only with ``--debug``.
+
+A failed export is one line: ``failed at STAGE: Type: innermost cause — hint: what to try``. The innermost
+cause is the last exception of the ``raise ... from`` chain (torch wraps the real error in two or three
+layers), cut at its first line: FX graphs and "please file an issue" paragraphs stay in ``summary.json``.
+"""
 
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -12,12 +18,65 @@ import click
 EXIT_OK = 0
 EXIT_FAILED = 1  # the job ran and found a problem (export failed validation, lint found errors, ...)
 EXIT_USAGE = 2  # bad input: unknown class, unreadable directory, invalid option or config
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
+
+LINE_LIMIT = 240  # characters of the innermost cause shown; the rest is in summary.json
 
 
 class UsageProblem(click.ClickException):
     """Bad input from the user: printed as one line, exit code 2."""
 
     exit_code = EXIT_USAGE
+
+
+def innermost(error: BaseException) -> BaseException:
+    """The deepest exception of the explicit ``__cause__`` chain (else the implicit context)."""
+    seen = {id(error)}
+    while True:
+        nested = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+        if nested is None or id(nested) in seen:
+            return error
+        seen.add(id(nested))
+        error = nested
+
+
+def first_line(text: str, limit: int = LINE_LIMIT) -> str:
+    line = next((raw.strip() for raw in str(text).splitlines() if raw.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def innermost_line(error: BaseException) -> str:
+    """``Type: first line`` of the innermost exception."""
+    inner = innermost(error)
+    kind = type(inner).__name__
+    return f"{kind}: {first_line(str(inner))}" if str(inner).strip() else kind
+
+
+# (pattern on the error text, stage it applies to or None for any, hint). First match wins.
+HINTS: list[tuple[str, str | None, str]] = [
+    (r"not implemented for '(Half|BFloat16)'", None, "an op has no float16/bfloat16 CPU kernel: try --dtype float32"),
+    (r"data-dependent|GuardOnDataDependentSymNode|Could not extract specialized integer", None,
+     "data-dependent control flow: try --static, or see EXPORT_SKIPS in registry/"),
+    (r"Constraints violated|specialized to be a constant|ConstraintViolation|not all values of", None,
+     "the model fixes a dim you made dynamic: use --static, or name every input sharing that axis "
+     "with --dynamic-dim"),
+    (r"upper bound on every dynamic dim", None, "give bounds: --max-batch/--max-sequence or --dynamic-dim NAME:AXIS:MIN:MAX"),
+    (r".", "building model", "check the class name and --task, or export a checkpoint directory"),
+    (r"optimi[sz]", "torch.onnx.export", "try --no-optimize"),
+    (r".", "torch.onnx.export", "an op the ONNX exporter cannot translate: see `exportbot list-workarounds`, "
+     "or try --no-optimize"),
+    (r".", "partition/preprocess", "an ExecuTorch lowering bug: try --static, or --without NAME to bisect "
+     "the workarounds (`exportbot list-workarounds`)"),
+    (r".", "validating", "the artifact does not match eager: if the difference is rounding, loosen --atol/--rtol"),
+]
+DEFAULT_HINT = "run with --debug for the traceback"
+
+
+def hint_for(text: str, stage: str | None, backend: str | None = None) -> str:
+    for pattern, where, hint in HINTS:
+        if (where is None or where == stage) and re.search(pattern, text, flags=re.IGNORECASE):
+            return hint
+    return DEFAULT_HINT
 
 
 def report_errors(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -34,8 +93,40 @@ def report_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as error:
             if debug:
                 raise
-            message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            click.echo(f"error: {type(error).__name__}: {message} (run with --debug for the traceback)", err=True)
+            click.echo(f"error: {type(error).__name__}: {innermost_line(error)} ({DEFAULT_HINT})", err=True)
             sys.exit(EXIT_FAILED)
 
     return wrapper
+
+
+class ExportbotGroup(click.Group):
+    """The root group: ``--debug`` anywhere on the line, Ctrl-C is exit 130, typos get a suggestion."""
+
+    def main(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        args = list(sys.argv[1:] if args is None else args)
+        end = args.index("--") if "--" in args else len(args)
+        debug = [a for a in args[:end] if a == "--debug"]
+        args = debug[:1] + [a for a in args[:end] if a != "--debug"] + args[end:]
+        return super().main(args, *rest, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("\ninterrupted (nothing half-written was kept)", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+class SuggestingChoice(click.Choice):
+    """A ``click.Choice`` whose error adds "did you mean" for a near miss."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            from exporters.export_options import did_you_mean
+
+            suggestion = did_you_mean(str(value), self.choices)
+            if not suggestion:
+                raise
+            self.fail(f"{value!r} is not one of {', '.join(map(repr, self.choices))}{suggestion}", param, ctx)

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where used: a sweep child must start before torch is imported
+    from exporters.export_options import ExportOptions
     from exporters.ledger import LedgerEntry
     from exporters.repro import Reproducer
 
@@ -45,6 +46,13 @@ class ExportRequest:
     validate: bool = True
     seed: int = 0
     out_dir: Path | None = None
+    options: ExportOptions | None = None  # task, shapes, dtype, opset, tolerances; None: the defaults
+
+    def __post_init__(self) -> None:
+        if self.options is None:
+            from exporters.export_options import ExportOptions
+
+            self.options = ExportOptions()
 
 
 @dataclass
@@ -72,6 +80,10 @@ class ExportOutcome:
     # of off. The audit's evidence that a pass really ran without the workaround.
     workaround_off: list[str] = field(default_factory=list)
     registry: str | None = None  # the ledger directory this process read
+    options: dict[str, Any] = field(default_factory=dict)  # as recorded in the metadata (ExportOptions.record)
+    failed_stage: str | None = None  # the innermost stage an exception left (exporters.stages)
+    cause: str | None = None  # the innermost exception, one line
+    hint: str | None = None  # what to try next (bot.errors.hint_for)
 
     @property
     def mode(self) -> str:
@@ -81,52 +93,63 @@ class ExportOutcome:
         return asdict(self)
 
 
-def make_exporter(request: ExportRequest, optimize: bool) -> Any:
-    """The exporter object for ``request.backend`` configured from the request."""
-    without = frozenset(request.without)
+def make_exporter(request: ExportRequest, optimize: bool, inputs: dict[str, Any] | None = None) -> Any:
+    """The exporter object for ``request.backend`` configured from the request (and its options)."""
+    common = {"dynamic": request.dynamic, "without": frozenset(request.without)}
+    common |= request.options.exporter_settings(request.backend, request.dynamic, inputs or {})
     if request.backend == "dynamo":
         from exporters.exporter_dynamo import DynamoConfig, DynamoExporter
 
-        return DynamoExporter(DynamoConfig(dynamic=request.dynamic, without=without))
+        return DynamoExporter(DynamoConfig(**common))
     if request.backend == "onnx":
         from exporters.exporter_onnx import OnnxConfig, OnnxExporter
 
-        return OnnxExporter(OnnxConfig(dynamic=request.dynamic, optimize=optimize, without=without))
+        return OnnxExporter(OnnxConfig(optimize=optimize, **common))
     if request.backend == "executorch":
         from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
 
-        return ExecutorchExporter(
-            ExecutorchConfig(backend=request.et_backend, dynamic=request.dynamic, without=without)
-        )
+        return ExecutorchExporter(ExecutorchConfig(backend=request.et_backend, **common))
     raise ValueError(f"unknown backend {request.backend!r}; choose from {', '.join(BACKENDS)}")
 
 
-def _class_name(model: str) -> str:
-    path = Path(model)
-    if path.is_dir():
-        import json
+def _class_name(request: ExportRequest) -> str:
+    """The class the export builds (its ``--task`` head); the model argument itself when that cannot be told."""
+    from exporters.export_options import resolve_class_name
 
-        config = json.loads((path / "config.json").read_text())
-        return (config.get("architectures") or [path.name])[0]
-    return model
+    try:
+        return resolve_class_name(request.model, request.options.task)
+    except Exception:  # reported by the build below, with its stage
+        return Path(request.model).name if Path(request.model).is_dir() else request.model
 
 
 def export_one(request: ExportRequest, progress: Callable[[str], None] = lambda _step: None) -> ExportOutcome:
-    """Build (or load) the model, apply the ledger, export, validate; never raises for a failed export."""
+    """Build (or load) the model, apply the ledger, export, validate; never raises for a failed export.
+
+    ``OptionError`` (an option the built model's inputs contradict, such as a ``--dynamic-dim`` name) is
+    raised, not recorded: it is the caller's input, not the export, that failed. Every stage started is
+    reported to ``progress`` (``exporters.stages``) and a failure names its stage.
+    """
     from exporters.base import package_versions
+    from exporters.export_options import OptionError
     from exporters.ledger import default_registry_dir, load_ledger
     from exporters.repro import exporter_options
+    from exporters.stages import preload_executorch, stage_events
+
+    if request.backend == "executorch":
+        progress("importing executorch")
+        preload_executorch()  # so that stage_events follows its lowering steps
 
     started = time.perf_counter()
-    class_name = _class_name(request.model)
-    outcome = ExportOutcome(class_name, request.backend, request.dynamic, FAILED, 0.0)
+    class_name = _class_name(request)
+    dynamic = request.dynamic or bool(request.options.dynamic_dims)  # custom dynamic axes make it dynamic too
+    outcome = ExportOutcome(class_name, request.backend, dynamic, FAILED, 0.0)
     outcome.versions = package_versions(request.backend)
     outcome.registry = str(default_registry_dir())
     ledger = load_ledger()
     repro_entry = ledger.by_id(request.repro) if request.repro is not None else None
     ignored = {"all"} if repro_entry is not None else set(request.ignore_ledger)
     outcome.repro = request.repro
-    skip = ledger.skip(class_name, request.backend, request.dynamic)
+    skip = ledger.skip(class_name, request.backend, dynamic)
     if skip is not None and not ({"all", skip.id} & ignored):
         outcome.status, outcome.ledger_entry, outcome.ledger_reason = SKIPPED, skip.id, skip.reason
         return outcome
@@ -136,7 +159,7 @@ def export_one(request: ExportRequest, progress: Callable[[str], None] = lambda 
     if repro_entry is not None and optimize is None:
         optimize = repro_entry.repro.export.get("optimize") if repro_entry.repro else None
     if request.backend == "onnx" and optimize is None:
-        entry = ledger.disable_optimize(class_name, request.dynamic)
+        entry = ledger.disable_optimize(class_name, dynamic)
         optimize = entry is None or bool({"all", entry.id} & ignored)
         if entry is not None and not optimize:
             outcome.ledger_entry, outcome.ledger_reason = entry.id, entry.reason
@@ -145,55 +168,84 @@ def export_one(request: ExportRequest, progress: Callable[[str], None] = lambda 
     outcome.optimize = optimize if request.backend == "onnx" else None
     if skip is not None:
         outcome.ledger_entry, outcome.ledger_reason = skip.id, skip.reason
-    try:
-        progress("building model")
-        reproducer = _build(request, repro_entry, class_name)
-        outcome.repro_source = reproducer.source
-    except Exception as error:
-        return _failed(outcome, BUILD_ERROR, error, started)
-    try:
-        progress(f"exporting with {request.backend}")
-        exporter = make_exporter(request, optimize=bool(optimize))
-        exporter.config = dataclasses.replace(exporter.config, **exporter_options(reproducer))
-        result = exporter.export(reproducer.model, reproducer.inputs)
-        outcome.workarounds_fired = result.metadata.workarounds_fired
-        outcome.workarounds_disabled = result.metadata.workarounds_disabled
-        outcome.stage_seconds = result.metadata.stage_seconds
-        outcome.versions = result.metadata.versions or outcome.versions
-        if request.validate:
-            progress("validating against eager")
-            report = result.validate(raise_on_failure=False)
-            outcome.status = report.status
-            outcome.max_abs_diff = report.max_abs_diff
-            if not report.passed:
-                outcome.error = "; ".join(report.problems()[:5]) or "no output tensor to compare"
-        else:
-            outcome.status = PASS
-        if request.out_dir is not None:
-            progress("writing files")
-            outcome.files = {k: str(v) for k, v in result.save(request.out_dir).items()}
-    except Exception as error:
-        return _failed(outcome, FAILED, error, started)
+    with stage_events(progress) as stages:
+        try:
+            with stages.stage("building model"):
+                built = _build(request, repro_entry, class_name)
+            outcome.repro_source = built.source
+        except OptionError:
+            raise
+        except Exception as error:
+            return _failed(outcome, BUILD_ERROR, error, started, request, stages.failed)
+        try:
+            exporter = make_exporter(request, optimize=bool(optimize), inputs=built.inputs)
+            exporter.config = dataclasses.replace(exporter.config, **exporter_options(built))
+            result = exporter.export(built.model, built.inputs)
+            outcome.options = request.options.record(request.backend, request.et_backend, class_name, exporter.config)
+            result.metadata.options = outcome.options
+            result.metadata.notes.append(built.source)  # where the model came from (weights or random)
+            outcome.workarounds_fired = result.metadata.workarounds_fired
+            outcome.workarounds_disabled = result.metadata.workarounds_disabled
+            outcome.stage_seconds = result.metadata.stage_seconds
+            outcome.versions = result.metadata.versions or outcome.versions
+            if request.validate:
+                from exporters.stages import quiet_native_noise
+
+                with stages.stage("validating"), quiet_native_noise():
+                    report = result.validate(raise_on_failure=False)
+                outcome.status = report.status
+                outcome.max_abs_diff = report.max_abs_diff
+                if not report.passed:
+                    outcome.error = "; ".join(report.problems()[:5]) or "no output tensor to compare"
+                    outcome.failed_stage = "validating"
+            else:
+                outcome.status = PASS
+            if request.out_dir is not None:
+                with stages.stage("writing files"):
+                    outcome.files = {k: str(v) for k, v in result.save(request.out_dir).items()}
+        except OptionError:
+            raise
+        except Exception as error:
+            return _failed(outcome, FAILED, error, started, request, stages.failed)
     outcome.seconds = round(time.perf_counter() - started, 3)
     return outcome
 
 
 def _build(request: ExportRequest, repro_entry: LedgerEntry | None, class_name: str) -> Reproducer:
-    """A local checkpoint as it is; a class name as the entry's reproducer (or the default tiny model)."""
+    """A ledger entry's reproducer as the entry gives it; anything else as the request's options shape it
+    (task, sample shapes, dtype: ``exporters.export_options.build_model``)."""
+    from exporters.export_options import build_model
     from exporters.repro import Reproducer, build_reproducer
-    from exporters.tiny import load_local
 
-    path = Path(request.model)
-    if path.is_dir() and repro_entry is None:
-        tiny = load_local(path, request.seed)
-        return Reproducer(None, class_name, tiny.model, tiny.inputs, seed=request.seed, source=str(path))
-    return build_reproducer(repro_entry, class_name, request.seed)
+    if repro_entry is not None:
+        return build_reproducer(repro_entry, class_name, request.seed)
+    options = request.options
+    built = build_model(request.model, options, request.seed, options.torch_dtype(request.backend, request.et_backend))
+    source = "; ".join(built.notes) or "default tiny model"
+    return Reproducer(None, built.class_name, built.model, built.inputs, seed=request.seed, source=source)
 
 
-def _failed(outcome: ExportOutcome, status: str, error: BaseException, started: float) -> ExportOutcome:
+def _failed(
+    outcome: ExportOutcome, status: str, error: BaseException, started: float, request: ExportRequest,
+    stage: str | None,
+) -> ExportOutcome:  # fmt: skip
+    """Record a failure: one-line cause, stage and hint in the outcome; the full text in ``out_dir/summary.json``."""
+    from bot.errors import hint_for, innermost_line
+
     outcome.status = status
     outcome.error_type = type(error).__name__
     outcome.error = str(error).strip()[:4000] or type(error).__name__
     outcome.traceback_tail = "".join(traceback.format_exception(error)[-3:])[-2000:]
+    outcome.failed_stage = stage
+    outcome.cause = innermost_line(error)
+    outcome.hint = hint_for(f"{error}\n{outcome.cause}", stage, request.backend)
     outcome.seconds = round(time.perf_counter() - started, 3)
+    if request.out_dir is not None:
+        import json
+
+        request.out_dir.mkdir(parents=True, exist_ok=True)
+        full = {**outcome.as_dict(), "error": str(error), "traceback": "".join(traceback.format_exception(error))}
+        summary = request.out_dir / "summary.json"
+        summary.write_text(json.dumps(full, indent=2, default=str) + "\n")
+        outcome.files = {"summary": str(summary)}
     return outcome

@@ -59,6 +59,7 @@ class ExportMetadata:
     workarounds_disabled: list[str] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)  # task, dtype, shapes, bounds (ExportOptions.record)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -389,14 +389,18 @@ class TinyModel:
 
 
 def build_tiny(
-    name: str, seed: int = 0, batch: int = BATCH, sequence: int = SEQUENCE, config: Any = None
+    name: str, seed: int = 0, batch: int = BATCH, sequence: int = SEQUENCE, config: Any = None,
+    image_size: int | None = None,
 ) -> TinyModel:
     """Build class ``name`` tiny and random, with sample inputs derived from its forward signature.
 
     ``config`` (already small) replaces the shrunk default config: a ledger reproducer's overrides.
+    ``image_size`` sets the (vision) config's ``image_size``, so position tables and samples follow it.
     """
     cls = model_class(name)
     config = shrink_config(cls.config_class()) if config is None else config
+    if image_size is not None and hasattr(_vision(config), "image_size"):
+        _vision(config).image_size = image_size
     torch.manual_seed(seed)
     model = cls(config).eval()
     _break_router_ties(model, seed)

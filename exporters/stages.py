@@ -1,0 +1,151 @@
+"""Which stage an export is in, as it runs: for progress displays and for naming the stage that failed.
+
+The exporters time their stages (``StageClock``) but report nothing while a stage runs, and ExecuTorch's
+``to_edge_transform_and_lower`` is one call of 15-75 s made of several steps. ``stage_events(report)``
+wraps the library entry points that start each step (torch.export, run_decompositions, the backend
+partition/preprocess, to_executorch, torch.onnx.export) for the duration of one export and calls
+``report(name)`` as each starts; the tracker it yields remembers the innermost stage an exception left.
+
+``quiet_native_noise()`` drops the ExecuTorch runtime's ``cpuinfo`` diagnostics (five lines such as
+``[cpuinfo_utils.cpp:87] Failed to open midr file`` per program load on x86), which the C++ runtime writes
+straight to file descriptor 2, past Python's logging.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import os
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+# (module, attribute path, stage name), outermost first. Missing modules (no ExecuTorch) are skipped.
+_ENTRY_POINTS = (
+    ("torch.export", "export", "torch.export"),
+    ("torch.export", "ExportedProgram.run_decompositions", "run_decompositions"),
+    ("torch.onnx", "export", "torch.onnx.export"),
+    ("executorch.exir.program._program", "EdgeProgramManager.to_backend", "partition/preprocess"),
+    ("executorch.exir.program._program", "EdgeProgramManager.to_executorch", "to_executorch"),
+)
+
+
+@dataclass
+class StageTracker:
+    """The stages started so far; ``failed`` is the innermost one an exception propagated out of."""
+
+    report: Callable[[str], None]
+    started: list[str] = field(default_factory=list)
+    active: list[str] = field(default_factory=list)
+    failed: str | None = None
+
+    def enter(self, name: str) -> None:
+        self.started.append(name)
+        self.active.append(name)
+        self.report(name)
+
+    def leave(self, failed: bool) -> None:
+        name = self.active.pop()
+        if failed and self.failed is None:
+            self.failed = name
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """A stage of the caller's own (building the model, validating, writing files)."""
+        self.enter(name)
+        try:
+            yield
+        except BaseException:
+            self.leave(failed=True)
+            raise
+        self.leave(failed=False)
+
+
+def _wrapped(function: Callable, name: str, tracker: StageTracker) -> Callable:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with tracker.stage(name):
+            return function(*args, **kwargs)
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def stage_events(report: Callable[[str], None] = lambda _name: None) -> Iterator[StageTracker]:
+    """Report every export stage as it starts, for the duration of the ``with`` block."""
+    tracker = StageTracker(report)
+    restore: list[tuple[Any, str, Any]] = []
+    try:
+        for module_name, path, name in _ENTRY_POINTS:
+            if module_name.startswith("executorch") and module_name not in sys.modules:
+                continue  # only an ExecuTorch export imports it; importing it here would cost ~3 s
+            try:
+                owner: Any = importlib.import_module(module_name)
+            except ImportError:
+                continue
+            *parents, attribute = path.split(".")
+            for parent in parents:
+                owner = getattr(owner, parent)
+            original = vars(owner).get(attribute, getattr(owner, attribute))
+            restore.append((owner, attribute, original))
+            setattr(owner, attribute, _wrapped(getattr(owner, attribute), name, tracker))
+        yield tracker
+    finally:
+        for owner, attribute, original in reversed(restore):
+            setattr(owner, attribute, original)
+
+
+def preload_executorch() -> None:
+    """Import ExecuTorch's program module so that ``stage_events`` can follow its lowering steps."""
+    with contextlib.suppress(ImportError):
+        importlib.import_module("executorch.exir.program._program")
+
+
+# ── Native noise ──
+NOISE = re.compile(r"^\[cpuinfo_utils\.cpp:\d+\]")
+_PREFIX = "[cpuinfo_utils.cpp"
+
+
+@contextlib.contextmanager
+def quiet_native_noise(pattern: re.Pattern[str] = NOISE) -> Iterator[None]:
+    """Drop lines matching ``pattern`` written to fd 2 inside the block; everything else passes through."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real fd 2 (embedded interpreters)
+        yield
+        return
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    reader = threading.Thread(target=_forward, args=(read_end, saved, pattern), daemon=True)
+    reader.start()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError, OSError):
+            sys.stderr.flush()
+        os.dup2(saved, 2)  # closes the pipe's last write end: the reader sees EOF and drains
+        reader.join(timeout=5)
+        os.close(saved)
+
+
+def _forward(read_end: int, target: int, pattern: re.Pattern[str]) -> None:
+    pending = ""
+    try:
+        while chunk := os.read(read_end, 4096):
+            pending += chunk.decode(errors="replace")
+            *lines, pending = pending.split("\n")
+            kept = "".join(line + "\n" for line in lines if not pattern.match(line))
+            if pending and not _PREFIX.startswith(pending[: len(_PREFIX)]) and not pattern.match(pending):
+                kept, pending = kept + pending, ""  # a partial line that cannot be noise (a spinner frame)
+            if kept:
+                os.write(target, kept.encode())
+        if pending and not pattern.match(pending):
+            os.write(target, pending.encode())
+    finally:
+        os.close(read_end)
