@@ -40,8 +40,17 @@ def innermost(error: BaseException) -> BaseException:
         error = nested
 
 
+# Sentences that point at more output rather than saying what went wrong.
+_BOILERPLATE = re.compile(r"\s*(For more information|Set TORCH_LOGS|If you would like|You can suppress).*$", re.I)
+
+
 def first_line(text: str, limit: int = LINE_LIMIT) -> str:
-    line = next((raw.strip() for raw in str(text).splitlines() if raw.strip()), "")
+    """The first informative line of ``text``, with the next one when the first is only a headline."""
+    lines = [_BOILERPLATE.sub("", raw).strip(" -") for raw in str(text).splitlines()]
+    lines = [line for line in lines if line]
+    line = lines[0] if lines else ""
+    if len(line) < 80 and len(lines) > 1:
+        line = f"{line} {lines[1]}"
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

@@ -298,24 +298,15 @@ def tasks_for(config_class: type) -> list[str]:
 
 
 def task_of(class_name: str) -> str | None:
-    """The first task whose auto class maps to ``class_name`` (what a class or ``architectures`` implies)."""
+    """The first task whose auto class maps to ``class_name`` (what a class or ``architectures`` implies).
+
+    Reads the auto mappings' class names, so no modeling module is imported."""
     for task, autos in TASKS.items():
         for auto_name in autos:
-            mapping = _auto_mapping(auto_name)
-            if class_name in {getattr(cls, "__name__", None) for cls in _mapped_classes(mapping)}:
-                return task
+            for names in _auto_mapping(auto_name)._model_mapping.values():
+                if class_name in ((names,) if isinstance(names, str) else tuple(names)):
+                    return task
     return None
-
-
-def _mapped_classes(mapping: Any) -> list[type]:
-    classes = []
-    for config_class in mapping:
-        try:
-            value = mapping[config_class]
-        except Exception:  # a model whose optional dependency is missing
-            continue
-        classes += list(value) if isinstance(value, (list, tuple)) else [value]
-    return classes
 
 
 def class_from_config(config: Any, task: str | None, where: str) -> str:
@@ -381,9 +372,9 @@ def build_model(model: str, options: ExportOptions, seed: int, dtype: torch.dtyp
         source: str | Path = path if path.is_dir() else model
         cls = model_class(class_name)
         local = path.is_dir()
-        config = transformers.AutoConfig.from_pretrained(source, local_files_only=local or hub.offline())
+        config = transformers.AutoConfig.from_pretrained(source, local_files_only=local or hub.local_only())
         if (local and _has_weights(path)) or (not local and options.pretrained):
-            built = cls.from_pretrained(source, local_files_only=local or hub.offline())
+            built = cls.from_pretrained(source, local_files_only=local or hub.local_only())
             notes.append(f"weights loaded from {model}")
         else:
             torch.manual_seed(seed)
