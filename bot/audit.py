@@ -49,8 +49,8 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
 
 from bot.candidate import (
     DEFAULT_SAMPLE,
@@ -73,6 +73,7 @@ from bot.options import (
 from bot.pins import find_pin_file, read_pins
 from bot.plan import Plan, Subject, describe_state, entry_subject, parse_candidate, plan_entry
 from bot.report import REPORT_SCHEMA, ReportIdentity, audit_selection, report_identity
+from bot.progress import CountedProgress
 from bot.rerun import DEFAULT_RUNS, DEFAULT_TIMEOUT, ProbeRunner, RunExport, rerun_subject, subprocess_runner
 from bot.tracker import (
     RateLimited,
@@ -271,6 +272,7 @@ def run_audit(
     probe_runner: ProbeRunner | None = None,
     entry_runner: Callable[[str], RunExport] | None = None,
     check_environment: Callable[[Subject], Mapping[str, str]] | None = None,
+    on_rerun: Callable[[str, int], None] = lambda _subject_id, _exports: None,
 ) -> AuditReport:
     """Audit the ledger, then ``workarounds`` (each with its subject, probed by ``probe_runner(name)``).
 
@@ -280,6 +282,7 @@ def run_audit(
     hold the stack's pins and returns the versions it holds, which outcomes that recorded none (a timeout
     kills the child before it writes) take as the versions they ran with.
     ``entry_ids`` (ledger ids and workaround names) restricts the audit to those, which are then forced.
+    ``on_rerun(subject_id, count)`` is told before a subject's ``count`` re-run exports start (progress).
     Never raises for a rate limit: once limited, every later entry and workaround is ``unknown``.
     """
     selected = set(entry_ids)
@@ -315,6 +318,7 @@ def run_audit(
         outcomes = []
         if plan.due:
             checked = check_environment(subject) if check_environment is not None else {}
+            on_rerun(subject.id, len(subject.exports) * runs)
             outcomes = [
                 o if o.get("versions") or not checked else o | {"versions": dict(checked)}
                 for o in rerun_subject(subject, runner(), runs)
@@ -374,22 +378,28 @@ def _due_text(row: EntryReport | WorkaroundReport) -> str:
 
 
 def render_table(report: AuditReport) -> Table:
+    """One row per entry: id and models; verdict, upstream (owner/repo#N) and why, each said once."""
+    from bot.terminal import compact_table
+
     title = f"audit of {len(report.entries)} ledger entries" + (
         " (PARTIAL: rate limited)" if report.partial else ""
     )
-    table = Table(title=title)
-    for column in ("entry", "models", "upstream", "due / why", "verdict"):
-        table.add_column(column, overflow="fold")
+    table = compact_table("entry (models)", "verdict · upstream: why", title=title)
+    table.columns[0].width = min(46, max((len(r.entry.id) for r in report.entries), default=5))
     for row in report.entries:
-        upstream = describe_state(row.state) if row.plan else UNKNOWN
-        table.add_row(
-            row.entry.id,
-            "\n".join(row.entry.models),
-            f"{upstream}\n{row.entry.upstream or ''}".strip(),
-            _due_text(row),
-            Text(f"{row.verdict.verdict}\n" + "\n".join(row.verdict.reasons)),  # reasons hold [brackets]
-        )
+        table.add_row(f"{row.entry.id}\n[dim]{escape(', '.join(row.entry.models))}[/dim]",
+                      _verdict_cell(row, row.entry.upstream))
     return table
+
+
+def _verdict_cell(row: EntryReport | WorkaroundReport, url: str | None) -> str:
+    """``verdict · state owner/repo#N`` over the reasons of the plan and of the verdict, without repeats."""
+    from bot.terminal import short_link
+
+    upstream = describe_state(row.state) if row.plan else UNKNOWN
+    reasons = list(dict.fromkeys([*(row.plan.reasons if row.plan else []), *row.verdict.reasons]))
+    link = f" {short_link(url)}" if url else ""
+    return f"[bold]{row.verdict.verdict}[/bold] · {upstream}{link}\n" + escape("; ".join(reasons))  # [brackets]
 
 
 def _probes_text(row: WorkaroundReport) -> str:
@@ -397,19 +407,17 @@ def _probes_text(row: WorkaroundReport) -> str:
 
 
 def render_workaround_table(report: AuditReport) -> Table:
-    table = Table(
-        title=f"audit of {len(report.workarounds)} registered workarounds (re-run with only it disabled)"
-    )
-    for column in ("workaround", "probes", "upstream", "due / why", "verdict"):
-        table.add_column(column, overflow="fold")
+    from bot.terminal import compact_table
+
+    table = compact_table(
+        "workaround (probes)", "verdict · upstream: why",
+        title=f"audit of {len(report.workarounds)} registered workarounds (re-run with only it disabled)",
+    )  # fmt: skip
     for row in report.workarounds:
-        upstream = describe_state(row.state) if row.plan else UNKNOWN
         table.add_row(
-            f"{row.workaround.name}\n({row.workaround.kind}, {row.workaround.backend})",
-            _probes_text(row),
-            f"{upstream}\n{row.workaround.upstream or ''}".strip(),
-            _due_text(row),
-            Text(f"{row.verdict.verdict}\n" + "\n".join(row.verdict.reasons)),  # reasons hold [brackets]
+            f"{row.workaround.name}\n[dim]{row.workaround.kind}, {row.workaround.backend}\n"
+            f"{escape(_probes_text(row))}[/dim]",
+            _verdict_cell(row, row.workaround.upstream),
         )
     return table
 
@@ -584,7 +592,7 @@ def _make_tracker(
     "json_file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Write the JSON report (docs/audit-report.md) here.",
+    help="Write the JSON report (docs/audit-report.md) here; - prints it on stdout (tables go to stderr).",
 )
 @click.option(
     "--markdown",
@@ -667,12 +675,29 @@ def audit_command(
         run_export, probe_runner = env.runner(timeout), lambda name: env.runner(timeout, without=(name,))
         entry_runner = lambda entry_id: env.runner(timeout, repro=entry_id, registry=registry_dir)  # noqa: E731
         check_environment = None
-    report = run_audit(
-        ledger, tracker, pins, verification, run_export,
-        entry_ids=entry_ids, force_all=force_all, candidate=candidate, runs=runs, workarounds=workarounds,
-        workaround_verification=load_verification(registry_dir, WORKAROUNDS_VERIFIED_FILE),
-        probe_runner=probe_runner, entry_runner=entry_runner, check_environment=check_environment,
-    )  # fmt: skip
+    with CountedProgress(Console(stderr=True), "re-run") as progress:
+        current = {"subject": ""}
+
+        def on_rerun(subject_id: str, count: int) -> None:
+            current["subject"] = subject_id
+            progress.add(count)
+
+        def announced(run: RunExport) -> RunExport:
+            def run_one(model: str, backend: str, dynamic: bool) -> dict:
+                progress.step(f"{current['subject']}: {model} {backend}/{'dynamic' if dynamic else 'static'}")
+                return run(model, backend, dynamic)
+
+            return run_one
+
+        plain_probe_runner, plain_entry_runner = probe_runner, entry_runner
+        report = run_audit(
+            ledger, tracker, pins, verification, announced(run_export),
+            entry_ids=entry_ids, force_all=force_all, candidate=candidate, runs=runs, workarounds=workarounds,
+            workaround_verification=load_verification(registry_dir, WORKAROUNDS_VERIFIED_FILE),
+            probe_runner=lambda name: announced(plain_probe_runner(name)),
+            entry_runner=lambda entry_id: announced(plain_entry_runner(entry_id)),
+            check_environment=check_environment, on_rerun=on_rerun,
+        )  # fmt: skip
     selection = audit_selection(entry_ids, known - {w.name for w, _ in workarounds},
                                 [w.name for w, _ in workarounds] if with_workarounds else None)  # fmt: skip
     report.identity = report_identity(registry_dir, selection)
@@ -683,17 +708,21 @@ def audit_command(
             progress=lambda e: click.echo(f"regression check: {e.model} {e.backend}/{e.mode}", err=True),
         )  # fmt: skip
 
-    Console().print(render_table(report))
+    to_stdout = json_file == Path("-")  # --json -: the JSON report is the result; tables go to stderr
+    console = Console(stderr=to_stdout)
+    console.print(render_table(report))
     if with_workarounds:
-        Console().print(render_workaround_table(report))
+        console.print(render_workaround_table(report))
     if report.candidate_check is not None:
-        Console().print(render_candidate_table(report.candidate_check))
+        console.print(render_candidate_table(report.candidate_check))
         check = report.candidate_check
         click.echo(
             f"candidate {candidate}: removable once pinned: {', '.join(check.removable) or 'nothing'}; "
             f"regressions: {len(check.regressions)} of {len(check.rows)} sampled exports"
         )
-    if json_file is not None:
+    if to_stdout:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+    elif json_file is not None:
         json_file.write_text(json.dumps(report.as_dict(), indent=2) + "\n", encoding="utf-8")
     markdown = render_markdown(report)
     if markdown_file is not None:

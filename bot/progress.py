@@ -8,8 +8,6 @@ not fill with spinner frames or wrapped titles.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
@@ -65,32 +63,41 @@ class StageDisplay:
         self.stage = None
 
 
-@contextmanager
-def counted(console: Console, title: str, total: int | None = None) -> Iterator[Callable[[str], None]]:
-    """A progress bar of ``total`` steps (a pulsing one when unknown); ``step(text)`` starts the next step."""
-    if not console.is_terminal:
-        count = 0
+class CountedProgress:
+    """A bar over steps whose count grows as work is planned: ``add(n)``, then ``step(text)`` per step.
 
-        def plain(text: str) -> None:
-            nonlocal count
-            count += 1
-            of = f"/{total}" if total else ""
-            console.print(f"{title} {count}{of}: {text}", highlight=False, soft_wrap=True)
+    On a terminal: spinner, bar, done/total, the step running, elapsed. In a log: one line per step.
+    """
 
-        yield plain
-        return
-    with Progress(
-        SpinnerColumn(), TextColumn(f"{title}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-        TimeElapsedColumn(), console=console, transient=True,
-    ) as progress:  # fmt: skip
-        task = progress.add_task("", total=total)
-        started = False
+    def __init__(self, console: Console, title: str):
+        self.console, self.title = console, title
+        self.total = self.done = 0
+        self.progress: Progress | None = None
+        self.task: Any = None
 
-        def step(text: str) -> None:
-            nonlocal started
-            if started:
-                progress.advance(task)
-            started = True
-            progress.update(task, description=text)
+    def __enter__(self) -> CountedProgress:
+        if self.console.is_terminal:
+            self.progress = Progress(
+                SpinnerColumn(), TextColumn(self.title), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.description}"), TimeElapsedColumn(), console=self.console, transient=True,
+            )  # fmt: skip
+            self.progress.start()
+            self.task = self.progress.add_task("", total=None)
+        return self
 
-        yield step
+    def __exit__(self, *exc: Any) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def add(self, steps: int) -> None:
+        self.total += steps
+        if self.progress is not None:
+            self.progress.update(self.task, total=self.total)
+
+    def step(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, completed=self.done, description=text)
+        else:
+            of = f"/{self.total}" if self.total else ""
+            self.console.print(f"{self.title} {self.done + 1}{of}: {text}", highlight=False, soft_wrap=True)
+        self.done += 1

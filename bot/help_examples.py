@@ -1,0 +1,75 @@
+"""Every command's ``--help`` ends with 2-4 real examples.
+
+A command's examples are the ``Examples:`` block of its docstring, or, where it has none, the entry
+in ``EXAMPLES`` below (kept here so command modules stay as their owners wrote them). ``attach_examples``
+moves them into the command's epilog, so they print last, after the options. tests/test_export_cli.py
+parses every example against the command it names, so they stay real.
+"""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+EXAMPLES: dict[str, list[str]] = {
+    "lint": [
+        "exportbot lint",
+        "exportbot lint --registry registry --no-classes",
+    ],
+    "audit": [
+        "exportbot audit --tracker registry/upstream-snapshot.json",
+        "exportbot audit --entry gemma3-vision-mask-vmap-decompose --all --json -",
+        "exportbot audit --workarounds --entry _fix_rsub_scalar --markdown audit.md",
+    ],
+    "sweep run": [
+        "exportbot sweep run --backend onnx --static --match 'Bert*' --results bert.jsonl",
+        "exportbot sweep run --backend executorch --dynamic --shard 1/4 --jobs 2",
+    ],
+    "sweep merge": [
+        "exportbot sweep merge sweeps/all.jsonl sweeps/shard-1.jsonl sweeps/shard-2.jsonl",
+        "exportbot sweep merge sweeps/onnx.jsonl sweeps/onnx.jsonl sweeps/onnx-rerun.jsonl",
+    ],
+    "sweep triage": [
+        "exportbot sweep triage sweeps/onnx.jsonl",
+        "exportbot sweep triage sweeps/onnx.jsonl sweeps/executorch.jsonl --top 5",
+    ],
+    "sweep coverage": [
+        "exportbot sweep coverage sweeps/onnx.jsonl sweeps/executorch.jsonl",
+        "exportbot sweep coverage sweeps/onnx.jsonl --out docs/coverage.md",
+    ],
+    "pr": [
+        "exportbot pr --report audit.json",
+        "exportbot pr --report audit.json --apply --repo me/exportbot",
+    ],
+    "workarounds": [
+        "exportbot workarounds index sweeps/onnx.jsonl sweeps/executorch.jsonl",
+        "exportbot workarounds remove _fix_rsub_scalar --dry-run",
+    ],
+    "workarounds remove": [
+        "exportbot workarounds remove _fix_rsub_scalar --dry-run",
+        "exportbot workarounds remove _fix_rsub_scalar",
+    ],
+}
+
+_BLOCK = re.compile(r"\n[ \t]*\x08?\n?[ \t]*Examples?:[ \t]*\n((?:[ \t]+exportbot [^\n]*(?:\n|$))+)")
+
+
+def examples_of(command: click.Command, path: str) -> list[str]:
+    """The command's examples: from its docstring's ``Examples:`` block, else from ``EXAMPLES``."""
+    match = _BLOCK.search(command.help or "")
+    if match:
+        return [line.strip() for line in match[1].splitlines() if line.strip()][:4]
+    return list(EXAMPLES.get(path, []))
+
+
+def attach_examples(command: click.Command, path: str = "") -> None:
+    """Move the examples of ``command`` and of every subcommand to their epilogs (printed last)."""
+    examples = examples_of(command, path)
+    if examples and command.help:
+        command.help = _BLOCK.sub("\n", command.help).rstrip()
+    if examples and not command.epilog:
+        command.epilog = "\b\nExamples:\n" + "\n".join(f"  {example}" for example in examples)
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            attach_examples(sub, f"{path} {name}".strip())
