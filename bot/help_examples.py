@@ -46,6 +46,9 @@ EXAMPLES: dict[str, list[str]] = {
         "exportbot workarounds index sweeps/onnx.jsonl sweeps/executorch.jsonl",
         "exportbot workarounds remove _fix_rsub_scalar --dry-run",
     ],
+    "workarounds index": [
+        "exportbot workarounds index sweeps/onnx.jsonl sweeps/executorch.jsonl",
+    ],
     "workarounds remove": [
         "exportbot workarounds remove _fix_rsub_scalar --dry-run",
         "exportbot workarounds remove _fix_rsub_scalar",
@@ -56,11 +59,10 @@ _BLOCK = re.compile(r"\n[ \t]*\x08?\n?[ \t]*Examples?:[ \t]*\n((?:[ \t]+exportbo
 
 
 def examples_of(command: click.Command, path: str) -> list[str]:
-    """The command's examples: from its docstring's ``Examples:`` block, else from ``EXAMPLES``."""
+    """The command's examples: its docstring's ``Examples:`` block, then ``EXAMPLES``'s, at most four."""
     match = _BLOCK.search(command.help or "")
-    if match:
-        return [line.strip() for line in match[1].splitlines() if line.strip()][:4]
-    return list(EXAMPLES.get(path, []))
+    own = [line.strip() for line in match[1].splitlines() if line.strip()] if match else []
+    return list(dict.fromkeys([*own, *EXAMPLES.get(path, [])]))[:4]
 
 
 def attach_examples(command: click.Command, path: str = "") -> None:
