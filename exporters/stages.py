@@ -65,9 +65,16 @@ class StageTracker:
         self.leave(failed=False)
 
 
+# Stages whose insides are not stages of their own: XNNPACK's preprocess re-exports every delegated
+# subgraph (torch.export and run_decompositions, dozens of times), which is still "partition/preprocess".
+_OPAQUE = frozenset({"torch.export", "run_decompositions", "partition/preprocess", "to_executorch"})
+
+
 def _wrapped(function: Callable, name: str, tracker: StageTracker) -> Callable:
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _OPAQUE.intersection(tracker.active):
+            return function(*args, **kwargs)
         with tracker.stage(name):
             return function(*args, **kwargs)
 
