@@ -22,6 +22,8 @@ _LAZY = {
     "ONNX_DISABLE_OPTIMIZE": "exporters.ledger",
     "EXPORT_SKIPS": "exporters.ledger",
     "build_tiny": "exporters.tiny",
+    "ExportOptions": "exporters.export_options",
+    "DynamicDim": "exporters.export_options",
 }
 
 __all__ = [*_LAZY, "load_all_workarounds"]

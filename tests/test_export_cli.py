@@ -245,6 +245,27 @@ def test_ctrl_c_in_audit_exits_130_with_a_progress_line_naming_the_entry(tmp_pat
     assert not (tmp_path / "audit.json").exists()
 
 
+def test_ctrl_c_in_sweep_exits_130_and_keeps_whole_records(tmp_path: Path):
+    results = tmp_path / "results.jsonl"
+    classes = tmp_path / "classes.txt"
+    classes.write_text("BertModel\nRobertaModel\nLlamaModel\nGPT2Model\n")
+    environment = os.environ | {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bot", "sweep", "run", "--backend", "onnx", "--static", "--classes", str(classes),
+         "--results", str(results)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, text=True,
+    )
+    deadline = time.monotonic() + 300
+    while not (results.is_file() and results.read_text().count("\n") >= 1):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    lines = results.read_text().splitlines()
+    assert 1 <= len(lines) < 4 and all(json.loads(line)["model"] for line in lines)  # whole records only
+
+
 # ── 3. Output that fits a terminal ──
 def test_list_workarounds_fits_80_columns_with_whole_names_and_short_links():
     completed = run("list-workarounds")
