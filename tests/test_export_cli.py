@@ -110,16 +110,16 @@ def test_image_size_sets_the_tiny_config_and_the_samples(tmp_path: Path):
 def test_onnx_opset_and_float16(tmp_path: Path):
     import onnx
 
-    result = cli("export", "BertModel", "--backend", "onnx", "--opset", "20", "--dtype", "float16",
+    result = cli("export", "BertModel", "--backend", "onnx", "--opset", "18", "--dtype", "float16",
                  "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
     model = onnx.load(tmp_path / "model.onnx")
-    assert {o.domain: o.version for o in model.opset_import}[""] == 20
+    assert {o.domain: o.version for o in model.opset_import}[""] == 18
     assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
     data = summary(tmp_path)
     assert data["validation"]["status"] == "pass"
     assert (data["validation"]["atol"], data["validation"]["rtol"]) == (1e-2, 1e-2)  # the float16 tolerances
-    assert data["metadata"]["options"]["dtype"] == "float16" and data["metadata"]["options"]["opset"] == 20
+    assert data["metadata"]["options"]["dtype"] == "float16" and data["metadata"]["options"]["opset"] == 18
 
 
 @pytest.mark.parametrize(
