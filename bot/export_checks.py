@@ -132,8 +132,10 @@ def staging_dir(out_dir: Path) -> Iterator[Path]:
 
 def publish(staging: Path, out_dir: Path, files: dict[str, str]) -> dict[str, str]:
     """Move everything the export wrote from ``staging`` into ``out_dir``; the files' new paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for entry in sorted(staging.iterdir()):
+    entries = sorted(staging.iterdir())
+    if entries:  # a skipped export wrote nothing: no empty --out either
+        out_dir.mkdir(parents=True, exist_ok=True)
+    for entry in entries:
         target = out_dir / entry.name
         if entry.is_dir() and target.is_dir():
             shutil.rmtree(target)
