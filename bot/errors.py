@@ -61,6 +61,13 @@ def innermost_line(error: BaseException) -> str:
     return f"{kind}: {first_line(str(inner))}" if str(inner).strip() else kind
 
 
+def caused_by(outer_type: str, cause: str | None) -> str:
+    """``Outer ← Inner: message``, or ``Type: message`` when the innermost exception is the outer one."""
+    if not cause:
+        return outer_type
+    return cause if cause.split(":", 1)[0] == outer_type else f"{outer_type} ← {cause}"
+
+
 # (pattern on the error text, stage it applies to or None for any, hint). First match wins.
 HINTS: list[tuple[str, str | None, str]] = [
     (r"not implemented for '(Half|BFloat16)'", None, "an op has no float16/bfloat16 CPU kernel: try --dtype float32"),
@@ -102,7 +109,7 @@ def report_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as error:
             if debug:
                 raise
-            click.echo(f"error: {type(error).__name__}: {innermost_line(error)} ({DEFAULT_HINT})", err=True)
+            click.echo(f"error: {caused_by(type(error).__name__, innermost_line(error))} ({DEFAULT_HINT})", err=True)
             sys.exit(EXIT_FAILED)
 
     return wrapper
