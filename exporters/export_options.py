@@ -147,11 +147,16 @@ class ExportOptions:
         bounded = self.max_batch is not None or self.max_sequence is not None
         if bounded and not dynamic:
             raise OptionError("--max-batch/--max-sequence bound dynamic dims: add --dynamic")
-        if self.max_batch is not None and self.max_batch < self.batch_size:
-            raise OptionError(f"--max-batch {self.max_batch} is below the sample --batch-size {self.batch_size}")
-        if self.max_sequence is not None and self.max_sequence < self.sequence_length:
+        max_batch, max_sequence = self.max_batch, self.max_sequence
+        if backend == "executorch" and dynamic:  # ExecuTorch always bounds its dynamic dims
+            from exporters.exporter_executorch import DEFAULT_MAX_BATCH, DEFAULT_MAX_SEQUENCE
+
+            max_batch, max_sequence = max_batch or DEFAULT_MAX_BATCH, max_sequence or DEFAULT_MAX_SEQUENCE
+        if max_batch is not None and max_batch < self.batch_size:
+            raise OptionError(f"--max-batch {max_batch} is below the sample --batch-size {self.batch_size}")
+        if max_sequence is not None and max_sequence < self.sequence_length:
             raise OptionError(
-                f"--max-sequence {self.max_sequence} is below the sample --sequence-length {self.sequence_length}")
+                f"--max-sequence {max_sequence} is below the sample --sequence-length {self.sequence_length}")
         if self.max_sequence is not None and backend == "executorch" and self.max_sequence < 2:
             raise OptionError("--max-sequence must be at least 2 for ExecuTorch")
         for dim in self.dynamic_dims:

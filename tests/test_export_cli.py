@@ -134,6 +134,7 @@ def test_onnx_opset_and_float16(tmp_path: Path):
         (["--backend", "onnx", "--opset", "13"], "--opset 13: the ONNX exporter writes opsets 18 to 23"),
         (["--max-batch", "4"], "--max-batch/--max-sequence bound dynamic dims: add --dynamic"),
         (["--dynamic", "--max-sequence", "4", "--sequence-length", "8"], "--max-sequence 4 is below the sample"),
+        (["--backend", "executorch", "--dynamic", "--sequence-length", "200"], "--max-sequence 128 is below the sample"),
         (["--backend", "executorch", "--dtype", "float16"], "ExecuTorch xnnpack lowers in float32"),
         (["--dynamic-dim", "input_ids"], "expected NAME:AXIS or NAME:AXIS:MIN:MAX"),
         (["--dynamic-dim", "input_ids:1:9:3"], "MIN 9 is above MAX 3"),
