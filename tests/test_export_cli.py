@@ -179,6 +179,13 @@ def test_debug_is_accepted_after_the_subcommand_and_shows_the_traceback(tmp_path
     assert "Traceback (most recent call last)" in result.stderr
 
 
+def test_debug_is_accepted_anywhere_for_every_command():
+    for args in (["list-workarounds", "--json", "--debug"], ["--debug", "list-workarounds", "--json"],
+                 ["lint", "--debug", "--no-classes"]):
+        result = cli(*args)
+        assert result.exit_code in (0, 1) and "No such option" not in result.output, (args, result.output)
+
+
 def test_unwritable_out_is_checked_first(tmp_path: Path):
     (tmp_path / "file").write_text("")
     for out in (tmp_path / "file" / "sub", Path("/proc/exportbot-out")):
