@@ -72,8 +72,8 @@ from bot.options import (
 )
 from bot.pins import find_pin_file, read_pins
 from bot.plan import Plan, Subject, describe_state, entry_subject, parse_candidate, plan_entry
-from bot.report import REPORT_SCHEMA, ReportIdentity, audit_selection, report_identity
 from bot.progress import CountedProgress
+from bot.report import REPORT_SCHEMA, ReportIdentity, audit_selection, report_identity
 from bot.rerun import DEFAULT_RUNS, DEFAULT_TIMEOUT, ProbeRunner, RunExport, rerun_subject, subprocess_runner
 from bot.tracker import (
     RateLimited,

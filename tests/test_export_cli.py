@@ -377,7 +377,7 @@ def test_hub_id_loads_config_and_weights_from_the_cache(tmp_path: Path):
     assert completed.returncode == 0, completed.stderr
     metadata = summary(tmp_path / "o")["metadata"]
     assert metadata["model_class"] == "BertForMaskedLM"
-    assert "weights loaded from org/tiny-bert" in metadata["notes"]
+    assert "weights loaded from org/tiny-bert" in " ".join(metadata["notes"])
 
 
 @pytest.mark.parametrize(
