@@ -204,8 +204,9 @@ def _print_outcome(outcome: Any) -> None:
     if outcome.workarounds_fired:
         console.print("workarounds fired: " + ", ".join(f"{k}×{v}" for k, v in outcome.workarounds_fired.items()),
                       highlight=False)
-    if outcome.stage_seconds:
-        timing = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.stage_seconds.items())
+    parts = {k: v for k, v in outcome.stage_seconds.items() if k != "total" and v >= 0.05}  # summary.json has all
+    if parts:
+        timing = ", ".join(f"{k} {v:.1f}s" for k, v in parts.items())
         console.print(f"time: {outcome.seconds:.1f}s ({timing})", highlight=False)
     for kind, path in outcome.files.items():
         console.print(f"{kind}: {path}", highlight=False, soft_wrap=True)
