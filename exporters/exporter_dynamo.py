@@ -343,10 +343,12 @@ def register_pytree_types(model: torch.nn.Module) -> None:
         for cls in [base, *_subclasses(base)]:
             if not inspect.isabstract(cls):
                 _register_walked_type(cls)
-    module = inspect.getmodule(type(model))
-    for _, cls in inspect.getmembers(module, inspect.isclass):
-        if cls.__module__ == type(model).__module__ and cls.__name__.endswith("Cache"):
-            _register_walked_type(cls)
+    # Model-specific caches that are not Cache subclasses (transformers 5.0's Lfm2HybridConvCache) live in the
+    # module of the submodule that makes them, which for a composite model is not the top-level one.
+    for module in {inspect.getmodule(type(sub)) for sub in model.modules()}:
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and cls.__name__.endswith("Cache"):
+                _register_walked_type(cls)
 
 
 # ── Stage 4: Dynamic shapes ──

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
+
+from exporters.flatten import leaves_with_path
 
 PASS = "pass"
 MISMATCH = "mismatch"
@@ -47,7 +48,7 @@ def leaf_name(path: tuple[Any, ...]) -> str:
 
 def named_tensors(outputs: Any) -> list[tuple[str, torch.Tensor]]:
     """Flatten any output structure (ModelOutput, Cache, tuples) to ``(name, tensor)`` pairs in order."""
-    leaves, _ = pytree.tree_flatten_with_path(outputs)
+    leaves = leaves_with_path(outputs)  # not pytree's own: older ModelOutputs register without keys
     return [(leaf_name(path), leaf) for path, leaf in leaves if isinstance(leaf, torch.Tensor)]
 
 
