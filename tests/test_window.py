@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+import pytest
 import torch
 import torch.utils._pytree as pytree
 
@@ -107,3 +108,36 @@ def test_outputs_registered_without_keys_are_named_by_their_fields():
     names = [name for name, _ in named_tensors(nested)]
     assert names == ["outputs.0.last_hidden_state", "outputs.0.pooler_output", "outputs.1.0"]
     assert [leaf for _, leaf in leaves_with_path({"x": hidden})] == [hidden]
+
+
+# The window's edges and a middle release (docs/version-window.md has every measured one).
+EDGES = [("transformers", "5.0.0", "BertModel", "onnx"), ("transformers", "5.12.1", "BertModel", "onnx"),
+         ("transformers", "5.0.0", "LlamaForCausalLM", "executorch"), ("onnxscript", "0.6.0", "BertModel", "onnx"),
+         ("onnx", "1.21.0", "BertModel", "onnx"), ("onnxruntime", "1.27.0", "BertModel", "onnx"),
+         ("executorch", "1.4.0", "LlamaForCausalLM", "executorch")]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("package", "version", "model", "backend"), EDGES, ids=lambda v: str(v))
+def test_the_exporter_works_at_the_edges_of_the_window(package, version, model, backend):
+    """A tiny static export in the candidate environment of each edge release (scripts/version_window.py's
+    environments, reused; layered on the pinned one: 7-20 s to build when missing, plus the export)."""
+    from pathlib import Path
+
+    from bot.pins import normalize_name
+    from bot.rerun import subprocess_runner
+    from bot.venvs import (
+        DEFAULT_CACHE,
+        REPO_ROOT,
+        constraints_with,
+        ensure_venv,
+        project_dependencies,
+        site_packages,
+    )
+
+    pins = (REPO_ROOT / "constraints.txt").read_text(encoding="utf-8")
+    python = ensure_venv(DEFAULT_CACHE / f"window-{normalize_name(package)}-{version}",
+                         constraints_with(pins, package, version), project_dependencies(), base=site_packages())  # fmt: skip
+    outcome = subprocess_runner(1800, plain=True, python=Path(python), pythonpath=REPO_ROOT)(model, backend, False)
+    assert outcome["versions"][package] == version
+    assert outcome["status"] == "pass", outcome.get("error")
