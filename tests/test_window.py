@@ -17,7 +17,7 @@ from bot.candidate import check_regressions, prepare_environment
 from bot.plan import ENTRY, Export, Subject
 from bot.regression_sample import SampledExport
 from bot.runner import FAILED as EXPORT_FAILED
-from bot.runner import ExportOutcome, _failed
+from bot.runner import ExportOutcome, ExportRequest, _failed
 from bot.window import own_incompatibility, unsupported_reason
 from exporters.flatten import leaves_with_path
 from exporters.validation import named_tensors
@@ -28,7 +28,8 @@ def outcome_raised_in(filename: str, source: str) -> dict[str, Any]:
     try:
         exec(compile(source, filename, "exec"), {})
     except Exception as error:
-        return _failed(ExportOutcome("BertModel", "onnx", False, EXPORT_FAILED, 0.0), EXPORT_FAILED, error, 0.0).as_dict()
+        outcome = ExportOutcome("BertModel", "onnx", False, EXPORT_FAILED, 0.0)
+        return _failed(outcome, EXPORT_FAILED, error, 0.0, ExportRequest("BertModel", "onnx"), "exporting").as_dict()
     raise AssertionError("source did not raise")
 
 
