@@ -24,6 +24,10 @@ _LAZY = {
     "build_tiny": "exporters.tiny",
     "ExportOptions": "exporters.export_options",
     "DynamicDim": "exporters.export_options",
+    "load": "exporters.loading",
+    "register_bundle_types": "exporters.loading",
+    "ExportedModel": "exporters.loading",
+    "InputError": "exporters.loading",
 }
 
 __all__ = [*_LAZY, "load_all_workarounds"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
-import json
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -12,9 +12,29 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
+from exporters.bundle import (
+    DEFAULT_COMPONENT,
+    MANIFEST_FILE,
+    SUMMARY_FILE,
+    ComponentSpec,
+    Manifest,
+    exportbot_identity,
+    publish,
+    staged_directory,
+    write_manifest,
+    write_model_configs,
+)
 from exporters.utils import HitLog, check_disabled_names
-from exporters.validation import ValidationReport, check_shape
+from exporters.validation import (
+    MISMATCH,
+    OutputCheck,
+    ShapeCheck,
+    ValidationReport,
+    check_shape,
+    named_tensors,
+)
 
 # Packages whose versions define an export's environment, per backend.
 BACKEND_PACKAGES: dict[str, tuple[str, ...]] = {
@@ -44,7 +64,7 @@ def config_as_dict(config: Any) -> dict[str, Any]:
 
 @dataclass
 class ExportMetadata:
-    """Everything a maintainer needs to reproduce or audit one export; written as ``summary.json``."""
+    """Everything a maintainer needs to reproduce or audit one export; goes into the bundle's ``export.json``."""
 
     backend: str
     model_class: str
@@ -125,7 +145,9 @@ def _add_stage(stage_seconds: dict[str, float], name: str, seconds: float) -> No
 class ExportResult:
     """An exported artifact plus the means to check it against the eager model it came from.
 
-    ``run_artifact`` maps an input dict to the artifact's flat list of output tensors;
+    ``component`` describes the artifact for the bundle manifest (inputs, outputs, specs, named dims);
+    ``save_artifact`` writes the file into a directory; ``run_artifact`` runs the in-memory artifact (kept
+    for quick experiments and the benchmark baseline; validation never uses it, see ``validate``);
     ``second_inputs`` (dynamic exports only) holds inputs of another batch/sequence size.
     """
 
@@ -135,6 +157,7 @@ class ExportResult:
     inputs: dict[str, Any] = field(repr=False)
     run_artifact: Callable[[Mapping[str, Any]], Iterable[Any]] = field(repr=False)
     save_artifact: Callable[[Path], Path] = field(repr=False)
+    component: ComponentSpec = field(repr=False)
     atol: float = 1e-4
     rtol: float = 1e-4
     second_inputs: dict[str, Any] | None = field(default=None, repr=False)
@@ -147,29 +170,97 @@ class ExportResult:
         return self
 
     def validate(self, raise_on_failure: bool = True) -> ValidationReport:
-        """Compare the artifact with eager at the sample shape and, for dynamic exports, a second shape."""
-        started = time.perf_counter()
-        report = ValidationReport(self.atol, self.rtol)
-        cases = [("sample shape", self.inputs)]
-        if self.second_inputs is not None:
-            cases.append(("second shape", self.second_inputs))
-        for label, inputs in cases:
-            report.shapes.append(
-                check_shape(label, inputs, lambda kw: self.model(**kw), self.run_artifact, self.atol, self.rtol)
-            )
-        self.validation = report
-        _add_stage(self.metadata.stage_seconds, "validation", time.perf_counter() - started)
+        """Write the bundle to a scratch directory, load it back from those files and compare with eager at
+        the sample shape and, for dynamic exports, a second shape. ``save`` does the same where it ships."""
+        with staged_directory(Path(tempfile.gettempdir()) / "exportbot-validation") as staging:
+            report = self._write_and_validate(staging)
         if raise_on_failure:
             report.raise_for_status()
         return report
 
-    def save(self, out_dir: Path) -> dict[str, Path]:
-        """Write the artifact and ``summary.json`` (metadata and validation) into ``out_dir``."""
-        out_dir.mkdir(parents=True, exist_ok=True)
-        artifact_path = self.save_artifact(out_dir)
-        summary_path = out_dir / "summary.json"
-        summary = {"metadata": self.metadata.as_dict(), "artifact": artifact_path.name}
-        if self.validation is not None:
-            summary["validation"] = self.validation.as_dict()
-        summary_path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
-        return {"artifact": artifact_path, "summary": summary_path}
+    def save(self, out_dir: Path, validate: bool = True) -> dict[str, Path]:
+        """Write the bundle (docs/export-format.md) to ``out_dir``, validated from the written files.
+
+        The bundle is written to a staging directory beside ``out_dir`` and renamed into place only when
+        validation passed; on a failure (``ValidationError`` or any other) an existing ``out_dir`` is left as
+        it was and nothing of the new export remains. ``validate=False`` ships it unvalidated, and the
+        manifest says so.
+        """
+        out_dir = Path(out_dir)
+        with staged_directory(out_dir) as staging:
+            if validate:
+                self._write_and_validate(staging).raise_for_status()
+            else:
+                self._write(staging)
+            publish(staging, out_dir)
+        return {
+            "artifact": out_dir / self.component.file,
+            "manifest": out_dir / MANIFEST_FILE,
+            "summary": out_dir / SUMMARY_FILE,
+        }
+
+    def manifest(self) -> Manifest:
+        """The manifest of this export (validation filled in once validated)."""
+        meta = self.metadata
+        self.component.validation = None if self.validation is None else self.validation.as_dict() | {
+            "loaded_from": self.component.file}
+        return Manifest(
+            backend=meta.backend, model_class=meta.model_class, components={DEFAULT_COMPONENT: self.component},
+            dynamic=meta.dynamic, exportbot=exportbot_identity(), config=meta.config, versions=meta.versions,
+            workarounds_fired=meta.workarounds_fired, workarounds_disabled=meta.workarounds_disabled,
+            stage_seconds=meta.stage_seconds, notes=meta.notes,
+        )
+
+    def _write(self, directory: Path) -> Manifest:
+        with StageClock(self.metadata.stage_seconds)("write bundle"):
+            self.save_artifact(directory)
+            manifest = self.manifest()
+            manifest.files = write_model_configs(directory, self.model)
+            write_manifest(directory, manifest)
+        return manifest
+
+    def _write_and_validate(self, directory: Path) -> ValidationReport:
+        """Write the bundle, load it in fresh runtime objects, compare with eager, record the result in it."""
+        from exporters.loading import load
+
+        self.validation = None
+        written = self._write(directory)
+        with StageClock(self.metadata.stage_seconds)("validation"):
+            loaded = load(directory)
+            report = ValidationReport(self.atol, self.rtol)
+            cases = [("sample shape", self.inputs)]
+            if self.second_inputs is not None:
+                cases.append(("second shape", self.second_inputs))
+            for label, inputs in cases:
+                report.shapes.append(_check_loaded(label, inputs, self.model, loaded, self.atol, self.rtol))
+        self.validation = report
+        manifest = self.manifest()
+        manifest.files = written.files
+        write_manifest(directory, manifest)
+        return report
+
+
+def _check_loaded(label: str, inputs: dict[str, Any], model: torch.nn.Module, loaded: Any, atol: float,
+                  rtol: float) -> ShapeCheck:
+    """``check_shape`` on the loaded bundle, plus a check that it returns eager's structure (same output
+    class, same fields and cache layout), not just tensors in the same order."""
+    returned: dict[str, Any] = {}
+
+    def run_eager(kwargs: Mapping[str, Any]) -> Any:
+        returned["eager"] = model(**kwargs)
+        return returned["eager"]
+
+    def run_loaded(kwargs: Mapping[str, Any]) -> list[Any]:
+        returned["loaded"] = loaded(**kwargs)
+        return [tensor for _, tensor in named_tensors(returned["loaded"])]
+
+    check = check_shape(label, inputs, run_eager, run_loaded, atol, rtol)
+    if "loaded" in returned:
+        eager_structure = pytree.tree_structure(returned["eager"])
+        loaded_structure = pytree.tree_structure(returned["loaded"])
+        if eager_structure != loaded_structure:
+            check.outputs.append(OutputCheck(
+                "output structure", MISMATCH, None, None,
+                f"the bundle returns {type(returned['loaded']).__name__} {loaded_structure}, eager "
+                f"{type(returned['eager']).__name__} {eager_structure}"))
+    return check

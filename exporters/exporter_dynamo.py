@@ -35,10 +35,12 @@ from exporters.base import (
     package_versions,
     start_export,
 )
+from exporters.bundle import RUNTIMES
+from exporters.signature import describe_component, output_structure
 from exporters.utils import installed_patches, tracking_hits
 from exporters.validation import named_tensors
 
-__all__ = ["DynamoConfig", "DynamoExporter", "second_shape_inputs"]
+__all__ = ["DynamoConfig", "DynamoExporter", "register_walked_type", "second_shape_inputs"]
 
 
 @dataclass
@@ -86,6 +88,7 @@ class DynamoExporter:
             inputs=inputs,
             run_artifact=lambda kw: [t for _, t in named_tensors(program.module()(**kw))],
             save_artifact=lambda out: _save_program(program, out / "model.pt2"),
+            component=describe_component(program, inputs, "model.pt2", RUNTIMES["dynamo"]),
             atol=self.config.atol,
             rtol=self.config.rtol,
             second_inputs=second_inputs,
@@ -123,7 +126,7 @@ def describe_export(
 ) -> ExportMetadata:
     """Metadata for one export; output names come from the program's output structure."""
     with torch.no_grad():
-        output_names = [name for name, _ in named_tensors(_fake_free_outputs(program, inputs))]
+        output_names = [name for name, _ in named_tensors(output_structure(program))]
     return ExportMetadata(
         backend=backend,
         model_class=type(model).__name__,
@@ -138,16 +141,6 @@ def describe_export(
         workarounds_disabled=sorted(getattr(config, "without", ())),
         stage_seconds=run.stage_seconds,
     )
-
-
-def _fake_free_outputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> Any:
-    """The output structure of the program, rebuilt from the graph's output metadata (no execution)."""
-    output_node = next(n for n in reversed(program.graph.nodes) if n.op == "output")
-    user_count = len(program.graph_signature.user_outputs)
-    metas = [arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg for arg in output_node.args[0]]
-    leaves = metas[len(metas) - user_count :]
-    out_spec = program.call_spec.out_spec
-    return pytree.tree_unflatten(leaves, out_spec) if out_spec is not None else leaves
 
 
 # ── Stage 1: Forward-signature patch ──
@@ -260,7 +253,7 @@ def _holds_tensors(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def _register_walked_type(cls: type) -> None:
+def register_walked_type(cls: type) -> None:
     if cls in pytree.SUPPORTED_NODES:
         return
 
@@ -342,13 +335,13 @@ def register_pytree_types(model: torch.nn.Module) -> None:
     for base in bases:
         for cls in [base, *_subclasses(base)]:
             if not inspect.isabstract(cls):
-                _register_walked_type(cls)
+                register_walked_type(cls)
     # Model-specific caches that are not Cache subclasses (transformers 5.0's Lfm2HybridConvCache) live in the
     # module of the submodule that makes them, which for a composite model is not the top-level one.
     for module in {inspect.getmodule(type(sub)) for sub in model.modules()}:
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if cls.__module__ == module.__name__ and cls.__name__.endswith("Cache"):
-                _register_walked_type(cls)
+                register_walked_type(cls)
 
 
 # ── Stage 4: Dynamic shapes ──

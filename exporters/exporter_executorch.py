@@ -34,6 +34,7 @@ import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 
 from exporters.base import ExportResult, config_as_dict, start_export
+from exporters.bundle import RUNTIMES
 from exporters.exporter_dynamo import (
     DynamoConfig,
     DynamoExporter,
@@ -42,6 +43,7 @@ from exporters.exporter_dynamo import (
     second_shape_inputs,
 )
 from exporters.fx_rewrites import make_reshape_input_contiguous, spell_out_tanh_gelu
+from exporters.signature import describe_component
 from exporters.utils import (
     apply_fx_node_fixes,
     apply_fx_program_fixes,
@@ -169,6 +171,7 @@ class ExecutorchExporter:
             inputs=inputs,
             run_artifact=_PteRunner(lowered.buffer),
             save_artifact=lambda out: _save_pte(lowered.buffer, out / "model.pte"),
+            component=describe_component(program, inputs, "model.pte", RUNTIMES["executorch"]),
             atol=config.atol,
             rtol=config.rtol,
             second_inputs=second_inputs,

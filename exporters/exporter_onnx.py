@@ -26,8 +26,10 @@ import onnx_ir as ir
 import torch
 
 from exporters.base import ExportResult, config_as_dict, start_export
+from exporters.bundle import RUNTIMES, ComponentSpec
 from exporters.exporter_dynamo import DynamoConfig, DynamoExporter, describe_export, second_shape_inputs
 from exporters.fx_rewrites import feed_contiguous, make_reshape_input_contiguous
+from exporters.signature import describe_component, user_input_placeholders
 from exporters.utils import (
     Workaround,
     announce_workaround,
@@ -98,8 +100,10 @@ class OnnxExporter:
                 )
         with clock("metadata"):
             metadata = describe_export(self.backend, model, inputs, program, self.config, run)
+            component = describe_component(program, inputs, "model.onnx", RUNTIMES["onnx"])
+            placeholders = [node.name for node in user_input_placeholders(program)]
         with clock("ir fixes"), tracking_hits(run.hits):
-            name_graph(onnx_program.model, metadata.output_names, metadata.input_names)
+            name_graph(onnx_program.model, component, placeholders)
             apply_ir_fixes(onnx_program.model, self.config.without)
         metadata.workarounds_fired = dict(sorted(run.hits.counts.items()))
         session = functools.cache(lambda: _session(onnx_program.model))  # only validation pays for it
@@ -113,6 +117,7 @@ class OnnxExporter:
             inputs=inputs,
             run_artifact=lambda kw: _run(session(), kw),
             save_artifact=lambda out: save_model(onnx_program.model, out / "model.onnx"),
+            component=component,
             atol=self.config.atol,
             rtol=self.config.rtol,
             second_inputs=second_inputs,
@@ -146,52 +151,45 @@ def _run(session: Any, inputs: Mapping[str, Any]) -> list[np.ndarray]:
     return [torch.from_numpy(np.asarray(out)) for out in session.run(None, feed)]
 
 
-# ── Readable names ──
-# Graph inputs keep the forward's parameter names (the Dynamo stage 1 signature); outputs take the names of
-# the eager output structure (``logits``, ``past_key_values.layers.0.keys``); symbolic dims get names by
-# their role (``batch``, ``sequence``) instead of torch's ``s43``.
-_DIM_ROLES = {
-    0: "batch",
-}
-_INPUT_DIM_ROLES = {
-    ("input_ids", 1): "sequence",
-    ("attention_mask", 1): "sequence",
-    ("token_type_ids", 1): "sequence",
-    ("bbox", 1): "sequence",
-    ("decoder_input_ids", 1): "decoder_sequence",
-    ("pixel_values", 2): "height",
-    ("pixel_values", 3): "width",
-    ("input_values", 1): "samples",
-    ("input_features", 2): "frames",
-}
-
-
-def name_graph(model: ir.Model, output_names: list[str], input_names: list[str]) -> None:
+# ── Readable names and honest shapes ──
+# The graph's inputs and outputs take the bundle's leaf names (``input_ids``, ``logits``,
+# ``past_key_values.layers.0.keys``) and the shapes the torch.export program proves: an integer where the
+# program is static, the role name (``batch``, ``sequence``, ``height``, ``width``) where it is symbolic, one
+# name per symbol (exporters.signature names them). torch.onnx's own shapes are not trusted: exporting an
+# ExportedProgram it declares a ViT's channel dim symbolic and reuses one symbol for height and width.
+def name_graph(model: ir.Model, component: ComponentSpec, placeholders: list[str]) -> None:
+    """Rename and reshape the graph's inputs and outputs after ``component``; drop from ``component.inputs``
+    the leaves the graph does not take (torch.onnx leaves out inputs the graph never reads)."""
     graph = model.graph
-    for value, name in zip(graph.outputs, output_names):
-        if not value.is_graph_input():
-            value.name = name
-    renames: dict[str, str] = {}
+    by_placeholder = dict(zip(placeholders, component.inputs))
+    taken = []
     for value in graph.inputs:
-        for index, dim in enumerate(value.shape or ()):
-            if isinstance(dim, ir.SymbolicDim) and dim.value and dim.value not in renames:
-                role = _INPUT_DIM_ROLES.get((value.name, index)) or _DIM_ROLES.get(index)
-                renames[dim.value] = role or f"{value.name}_dim{index}"
-    if len(set(renames.values())) != len(renames):  # two symbols for one role: keep them apart
-        seen: dict[str, int] = {}
-        for symbol, role in list(renames.items()):
-            seen[role] = seen.get(role, 0) + 1
-            if seen[role] > 1:
-                renames[symbol] = f"{role}_{seen[role]}"
-    for value in [*graph.inputs, *graph.outputs]:
-        if value.shape is not None:
-            value.shape = ir.Shape([_renamed(d, renames) for d in value.shape])
+        spec = by_placeholder.get(value.name)
+        if spec is None:
+            raise ValueError(f"ONNX graph input {value.name!r} is none of the program's inputs {placeholders}")
+        value.name = spec.name
+        value.shape = _shape(spec.shape)
+        taken.append(spec)
+    component.inputs = taken
+    if len(graph.outputs) != len(component.outputs):
+        raise ValueError(f"the ONNX graph has {len(graph.outputs)} outputs, the program {len(component.outputs)}")
+    for index, (value, spec) in enumerate(zip(list(graph.outputs), component.outputs)):
+        if value.is_graph_input() or value.name in {v.name for v in graph.outputs[:index]}:
+            value = _identity_of(graph, value)  # an output that is an input (or another output) gets its own value
+            graph.outputs[index] = value
+        value.name = spec.name
+        value.shape = _shape(spec.shape)
 
 
-def _renamed(dim: Any, renames: dict[str, str]) -> Any:
-    if isinstance(dim, ir.SymbolicDim) and dim.value in renames:
-        return ir.SymbolicDim(renames[dim.value])
-    return dim
+def _shape(dims: list[int | str]) -> ir.Shape:
+    return ir.Shape([dim if isinstance(dim, int) else ir.SymbolicDim(dim) for dim in dims])
+
+
+def _identity_of(graph: ir.Graph, value: ir.Value) -> ir.Value:
+    node = ir.node("Identity", inputs=[value])
+    node.outputs[0].type = value.type
+    graph.append(node)
+    return node.outputs[0]
 
 
 # ── Stage 1: Torch patches ──
