@@ -69,7 +69,8 @@ def quiet_library_logs() -> None:
 @click.option("--dynamic/--static", default=False, show_default=True,
               help="Export with symbolic batch and sequence dimensions (validated at a second shape).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
-              help="Directory for the artifact and summary.json [default: out/<MODEL>-<backend>-<mode>].")
+              help="Bundle directory: artifact, export.json, config.json (docs/export-format.md); a bundle that "
+                   "does not validate is not written [default: out/<MODEL>-<backend>-<mode>].")
 @click.option("--batch-size", type=int, default=2, show_default=True, help="Batch of the sample inputs.")
 @click.option("--sequence-length", type=int, default=8, show_default=True, help="Token sequence of the sample inputs.")
 @click.option("--image-size", type=int, default=None,

@@ -7,6 +7,7 @@ of result that the sweep writes, the audit reads and the coverage table shows.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 import traceback
 from collections.abc import Callable
@@ -188,11 +189,16 @@ def export_one(request: ExportRequest, progress: Callable[[str], None] = lambda 
             outcome.workarounds_disabled = result.metadata.workarounds_disabled
             outcome.stage_seconds = result.metadata.stage_seconds
             outcome.versions = result.metadata.versions or outcome.versions
-            if request.validate:
-                from exporters.stages import quiet_native_noise
+            from exporters.stages import quiet_native_noise
 
+            report = None
+            if request.out_dir is not None:  # the bundle is validated from its written files, then published
+                with stages.stage("validating" if request.validate else "writing files"), quiet_native_noise():
+                    report, outcome.files = save_bundle(result, request.out_dir, request.validate)
+            elif request.validate:
                 with stages.stage("validating"), quiet_native_noise():
                     report = result.validate(raise_on_failure=False)
+            if report is not None:
                 outcome.status = report.status
                 outcome.max_abs_diff = report.max_abs_diff
                 if not report.passed:
@@ -200,15 +206,24 @@ def export_one(request: ExportRequest, progress: Callable[[str], None] = lambda 
                     outcome.failed_stage = "validating"
             else:
                 outcome.status = PASS
-            if request.out_dir is not None:
-                with stages.stage("writing files"):
-                    outcome.files = {k: str(v) for k, v in result.save(request.out_dir).items()}
         except OptionError:
             raise
         except Exception as error:
             return _failed(outcome, FAILED, error, started, request, stages.failed)
     outcome.seconds = round(time.perf_counter() - started, 3)
     return outcome
+
+
+def save_bundle(result: Any, out_dir: Path, validate: bool) -> tuple[Any, dict[str, str]]:
+    """Write the bundle to ``out_dir``, validated from the written files first when ``validate``: the
+    validation report and the files written (none when validation failed and ``out_dir`` was left as it was)."""
+    from exporters.validation import ValidationError
+
+    try:
+        files = result.save(out_dir, validate=validate)
+    except ValidationError:
+        return result.validation, {}
+    return result.validation, {kind: str(path) for kind, path in files.items()}
 
 
 def _build(request: ExportRequest, repro_entry: LedgerEntry | None, class_name: str) -> Reproducer:
@@ -241,8 +256,6 @@ def _failed(
     outcome.hint = hint_for(f"{error}\n{outcome.cause}", stage, request.backend)
     outcome.seconds = round(time.perf_counter() - started, 3)
     if request.out_dir is not None:
-        import json
-
         request.out_dir.mkdir(parents=True, exist_ok=True)
         full = {**outcome.as_dict(), "error": str(error), "traceback": "".join(traceback.format_exception(error))}
         summary = request.out_dir / "summary.json"

@@ -256,11 +256,32 @@ def _check_loaded(label: str, inputs: dict[str, Any], model: torch.nn.Module, lo
 
     check = check_shape(label, inputs, run_eager, run_loaded, atol, rtol)
     if "loaded" in returned:
-        eager_structure = pytree.tree_structure(returned["eager"])
-        loaded_structure = pytree.tree_structure(returned["loaded"])
-        if eager_structure != loaded_structure:
-            check.outputs.append(OutputCheck(
-                "output structure", MISMATCH, None, None,
-                f"the bundle returns {type(returned['loaded']).__name__} {loaded_structure}, eager "
-                f"{type(returned['eager']).__name__} {eager_structure}"))
+        difference = structure_difference(pytree.tree_structure(returned["eager"]),
+                                          pytree.tree_structure(returned["loaded"]))
+        if difference:
+            check.outputs.append(OutputCheck("output structure", MISMATCH, None, None, difference))
     return check
+
+
+def structure_difference(eager: pytree.TreeSpec, loaded: pytree.TreeSpec, where: str = "output") -> str:
+    """The first place where the loaded output's structure differs from eager's, or '' when it is the same:
+    another class, other fields, or another constant attribute (a cache layer's length recorded at trace
+    time is a constant of the saved output structure, so at another shape it can differ from eager's)."""
+    if eager == loaded:
+        return ""
+    if eager.type is not loaded.type:
+        return f"{where}: the bundle returns {getattr(loaded.type, '__name__', loaded.type)}, eager " \
+               f"{getattr(eager.type, '__name__', eager.type)}"
+    if eager.num_children != loaded.num_children:
+        return f"{where}: {loaded.num_children} children in the bundle's {eager.type.__name__}, eager has {eager.num_children}"
+    if eager.context != loaded.context:
+        if isinstance(eager.context, list) and isinstance(loaded.context, list) and len(eager.context) == len(loaded.context):
+            for mine, theirs in zip(loaded.context, eager.context):
+                if mine != theirs:
+                    return f"{where}: {eager.type.__name__} {mine!r} in the bundle, {theirs!r} in eager"
+        return f"{where}: {eager.type.__name__} context {loaded.context!r} in the bundle, {eager.context!r} in eager"
+    for index, (mine, theirs) in enumerate(zip(eager.children(), loaded.children())):
+        difference = structure_difference(mine, theirs, f"{where}.{index}")
+        if difference:
+            return difference
+    return f"{where}: differs"
