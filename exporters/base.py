@@ -161,6 +161,7 @@ class ExportResult:
     atol: float = 1e-4
     rtol: float = 1e-4
     second_inputs: dict[str, Any] | None = field(default=None, repr=False)
+    program: Any = field(default=None, repr=False)  # the torch.export program the artifact came from
     validation: ValidationReport | None = None
 
     def validated_if(self, validate: bool) -> ExportResult:

@@ -89,6 +89,7 @@ class DynamoExporter:
             run_artifact=lambda kw: [t for _, t in named_tensors(program.module()(**kw))],
             save_artifact=lambda out: _save_program(program, out / "model.pt2"),
             component=describe_component(program, inputs, "model.pt2", RUNTIMES["dynamo"]),
+            program=program,
             atol=self.config.atol,
             rtol=self.config.rtol,
             second_inputs=second_inputs,

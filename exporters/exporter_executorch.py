@@ -172,6 +172,7 @@ class ExecutorchExporter:
             run_artifact=_PteRunner(lowered.buffer),
             save_artifact=lambda out: _save_pte(lowered.buffer, out / "model.pte"),
             component=describe_component(program, inputs, "model.pte", RUNTIMES["executorch"]),
+            program=program,
             atol=config.atol,
             rtol=config.rtol,
             second_inputs=second_inputs,

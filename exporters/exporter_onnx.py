@@ -118,6 +118,7 @@ class OnnxExporter:
             run_artifact=lambda kw: _run(session(), kw),
             save_artifact=lambda out: save_model(onnx_program.model, out / "model.onnx"),
             component=component,
+            program=program,
             atol=self.config.atol,
             rtol=self.config.rtol,
             second_inputs=second_inputs,

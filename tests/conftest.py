@@ -24,3 +24,31 @@ def onnx_export():
         return cache[name, dynamic]
 
     return export
+
+
+@pytest.fixture(scope="session")
+def et_export():
+    """``et_export(name, dynamic)`` → ExportResult (XNNPACK), cached for the whole session.
+
+    A failed lowering is cached too and raised again, so a broken model costs one lowering, not one per test.
+    """
+    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+    from exporters.tiny import build_tiny
+
+    cache: dict[tuple[str, bool], object] = {}
+
+    def export(name: str, dynamic: bool):
+        if (name, dynamic) not in cache:
+            tiny = build_tiny(name)
+            try:
+                cache[name, dynamic] = ExecutorchExporter(ExecutorchConfig(dynamic=dynamic)).export(
+                    tiny.model, tiny.inputs
+                )
+            except Exception as error:
+                cache[name, dynamic] = error
+        cached = cache[name, dynamic]
+        if isinstance(cached, Exception):
+            raise cached
+        return cached
+
+    return export

@@ -25,31 +25,6 @@ from exporters.tiny import build_tiny
 from exporters.utils import all_workarounds
 
 
-@pytest.fixture(scope="session")
-def et_export():
-    """``et_export(name, dynamic)`` → ExportResult (XNNPACK), cached for the whole session.
-
-    A failed lowering is cached too and raised again, so a broken model costs one lowering, not one per test.
-    """
-    cache: dict[tuple[str, bool], object] = {}
-
-    def export(name: str, dynamic: bool):
-        if (name, dynamic) not in cache:
-            tiny = build_tiny(name)
-            try:
-                cache[name, dynamic] = ExecutorchExporter(ExecutorchConfig(dynamic=dynamic)).export(
-                    tiny.model, tiny.inputs
-                )
-            except Exception as error:
-                cache[name, dynamic] = error
-        cached = cache[name, dynamic]
-        if isinstance(cached, Exception):
-            raise cached
-        return cached
-
-    return export
-
-
 def test_static_bert_runs_in_executorch_runtime_and_matches_eager(et_export):
     result = et_export("BertModel", False)
     report = result.validate(raise_on_failure=False)

@@ -1,0 +1,347 @@
+"""Bundles as a user ships them: the manifest, exporters.load in fresh processes, honest ONNX dims, the file
+run without exportbot, and a failed export that leaves the previous bundle alone.
+
+Exports come from the session fixtures in conftest.py (each model lowered once per session); the full
+5 models x 3 backends x 2 modes matrix is scripts/bundle_matrix.py (slow; results in docs/bundle-matrix.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import sympy
+import torch
+import torch.utils._pytree as pytree
+
+import exporters
+from bot.runner import ExportRequest, export_one, failure_record_path
+from exporters.bundle import SCHEMA_VERSION, BundleError, read_manifest
+from exporters.exporter_dynamo import DynamoConfig, DynamoExporter, _resample
+from exporters.signature import output_structure, user_input_placeholders
+from exporters.tiny import build_tiny
+from exporters.validation import named_tensors
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def saved(tmp_path_factory):
+    """``saved(result)`` → the bundle directory of that ExportResult, written (and validated) once."""
+    cache: dict[int, Path] = {}
+
+    def save(result) -> Path:
+        if id(result) not in cache:
+            directory = tmp_path_factory.mktemp("bundle") / "out"
+            result.save(directory)
+            cache[id(result)] = directory
+        return cache[id(result)]
+
+    return save
+
+
+@pytest.fixture(scope="session")
+def llama_dynamo(tmp_path_factory):
+    tiny = build_tiny("LlamaForCausalLM")
+    result = DynamoExporter(DynamoConfig(dynamic=True)).export(tiny.model, tiny.inputs)
+    directory = tmp_path_factory.mktemp("llama") / "bundle"
+    result.save(directory)
+    return result, directory
+
+
+def _fresh_python(code: str, *args: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a new interpreter that can import exportbot but has imported nothing yet."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600,
+                          env=env, cwd=Path(args[0]).parent if args else None)
+
+
+# ── The manifest ──
+def test_bundle_holds_manifest_configs_and_derived_summary(onnx_export, saved):
+    result = onnx_export("BertModel", True)
+    directory = saved(result)
+    assert sorted(p.name for p in directory.iterdir()) == ["config.json", "export.json", "model.onnx", "summary.json"]
+    manifest = json.loads((directory / "export.json").read_text())
+    assert manifest["format"] == "exportbot-bundle" and manifest["schema_version"] == SCHEMA_VERSION
+    assert manifest["exportbot"]["version"] == "0.1.0" and len(manifest["exportbot"]["commit"]) == 40
+    assert manifest["versions"]["onnxruntime"] and manifest["backend"] == "onnx"
+    component = manifest["components"]["model"]
+    assert component["file"] == "model.onnx" and component["runtime"] == "onnxruntime"
+    assert component["arguments"] == list(result.inputs)
+    assert [i["name"] for i in component["inputs"]] == ["input_ids", "attention_mask", "token_type_ids"]
+    assert component["inputs"][0] == {"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"]}
+    assert component["dims"]["sequence"]["min"] == 2
+    assert [o["name"] for o in component["outputs"]] == ["last_hidden_state", "pooler_output"]
+    assert component["pytree_types"] == ["transformers.modeling_outputs.BaseModelOutputWithPoolingAndCrossAttentions"]
+    validation = component["validation"]
+    assert validation["status"] == "pass" and validation["loaded_from"] == "model.onnx"
+    assert [s["label"] for s in validation["shapes"]] == ["sample shape", "second shape"]
+    assert manifest["validation"] == {"status": "pass"}
+    assert {"write bundle", "validation"} <= set(manifest["stage_seconds"])
+    summary = json.loads((directory / "summary.json").read_text())
+    assert summary["derived_from"] == "export.json" and summary["validation"] == validation
+    assert summary["metadata"]["versions"] == manifest["versions"]
+    assert json.loads((directory / "config.json").read_text())["model_type"] == "bert"
+
+
+def test_generation_config_ships_for_a_model_that_generates(llama_dynamo):
+    _, directory = llama_dynamo
+    assert read_manifest(directory).files == {"config": "config.json", "generation_config": "generation_config.json"}
+    loaded = exporters.load(directory)
+    assert loaded.generation_config.eos_token_id == loaded.config.eos_token_id
+
+
+def test_an_unknown_schema_version_is_refused_naming_both(tmp_path, llama_dynamo):
+    _, directory = llama_dynamo
+    manifest = json.loads((directory / "export.json").read_text())
+    (tmp_path / "export.json").write_text(json.dumps(manifest | {"schema_version": 99}))
+    with pytest.raises(BundleError, match=f"schema version 99 is not the one this exportbot reads \\({SCHEMA_VERSION}\\)"):
+        exporters.load(tmp_path)
+    with pytest.raises(BundleError, match=r"no export\.json"):
+        exporters.load(tmp_path / "missing")
+
+
+# ── Loading ──
+LOAD_IN_FRESH_PROCESS = r"""
+import sys, torch
+import exporters
+directory, data = sys.argv[1], torch.load(sys.argv[2], weights_only=False)
+model = exporters.load(directory)
+for inputs, expected in data:
+    out = model(**inputs)
+    assert type(out).__name__ == "CausalLMOutputWithPast", type(out)
+    assert list(out.keys()) == ["logits", "past_key_values"], list(out.keys())
+    assert type(out.past_key_values).__name__ == "DynamicCache"
+    assert out.past_key_values.get_seq_length() == inputs["input_ids"].shape[1]
+    for name, tensor in expected:
+        got = dict(exporters.validation.named_tensors(out))[name]
+        torch.testing.assert_close(got, tensor, atol=1e-4, rtol=1e-4)
+print("ok", model.input_names)
+"""
+
+
+def test_pt2_loads_in_a_fresh_process_and_returns_eagers_structure(llama_dynamo, tmp_path):
+    result, directory = llama_dynamo
+    cases = []
+    for inputs in (result.inputs, result.second_inputs):
+        with torch.no_grad():
+            cases.append((inputs, named_tensors(result.model(**inputs))))
+    assert cases[0][0]["input_ids"].shape != cases[1][0]["input_ids"].shape
+    torch.save(cases, tmp_path / "cases.pt")
+    completed = _fresh_python(LOAD_IN_FRESH_PROCESS, str(directory), str(tmp_path / "cases.pt"))
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.strip() == "ok ['input_ids', 'attention_mask']"
+
+
+PLAIN_TORCH_LOAD = r"""
+import sys, torch
+path = sys.argv[1] + "/model.pt2"
+if sys.argv[2] == "register":
+    import exporters
+    exporters.register_bundle_types(sys.argv[1])
+try:
+    program = torch.export.load(path)
+except Exception as error:
+    print("fails:", str(error).splitlines()[0])
+else:
+    print("loads:", type(program).__name__)
+"""
+
+
+def test_plain_torch_export_load_works_after_the_one_documented_call(llama_dynamo):
+    _, directory = llama_dynamo
+    plain = _fresh_python(PLAIN_TORCH_LOAD, str(directory), "plain")
+    assert "CausalLMOutputWithPast in pytree is not registered" in plain.stderr, plain.stdout  # the issue's failure
+    registered = _fresh_python(PLAIN_TORCH_LOAD, str(directory), "register")
+    assert registered.stdout.strip() == "loads: ExportedProgram", registered.stderr[-1000:]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda kw: {k: v for k, v in kw.items() if k != "attention_mask"},
+     "missing input 'attention_mask': model.onnx takes input_ids, attention_mask, token_type_ids"),
+    (lambda kw: kw | {"labels": kw["input_ids"]}, "unexpected input 'labels'"),
+    (lambda kw: kw | {"input_ids": kw["input_ids"].int()}, "input 'input_ids' has dtype int32; exported for int64"),
+    (lambda kw: kw | {"input_ids": kw["input_ids"][0]}, "input 'input_ids' has 1 dims [8]; exported for 2"),
+    (lambda kw: {k: v[:, :1] for k, v in kw.items()},
+     "input 'input_ids' dim 1 (sequence) is 1, outside the exported range 2..128"),
+    (lambda kw: kw | {"token_type_ids": kw["token_type_ids"][:, :5]},
+     "input 'token_type_ids' dim 1 is 5 but 'input_ids' dim 1 is 8: both are 'sequence'"),
+])
+def test_bad_inputs_fail_before_the_runtime_with_one_line(onnx_export, saved, change, message):
+    result = onnx_export("BertModel", True)
+    loaded = exporters.load(saved(result))
+    with pytest.raises(exporters.InputError) as raised:
+        loaded(**change(dict(result.inputs)))
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_static_dims_are_enforced_by_the_loader(onnx_export, saved):
+    result = onnx_export("ViTForImageClassification", False)
+    loaded = exporters.load(saved(result))
+    pixels = result.inputs["pixel_values"]
+    with pytest.raises(exporters.InputError, match="'pixel_values' dim 0 is 3; the export is static there: 2"):
+        loaded(pixel_values=torch.cat([pixels, pixels[:1]]))
+
+
+# ── Honest ONNX dims ──
+EXPECTED_INPUT_SHAPES = {
+    "BertModel": {"input_ids": ["batch", "sequence"], "token_type_ids": ["batch", "sequence"]},
+    "ViTForImageClassification": {"pixel_values": ["batch", 3, 32, 32]},  # ViT checks the image size
+    "Wav2Vec2ForCTC": {"input_values": ["batch", "samples"]},
+    "WhisperForConditionalGeneration": {"input_features": ["batch", 16, 32],  # Whisper checks the frames
+                                        "decoder_input_ids": ["batch", "decoder_sequence"]},
+    "T5ForConditionalGeneration": {"input_ids": ["batch", "sequence"],
+                                   "decoder_input_ids": ["batch", "decoder_sequence"]},
+}
+
+
+def _program_shapes(result) -> dict[str, tuple]:
+    """Leaf name → shape (ints and SymInts) for every input and output of the torch.export program."""
+    leaves = [name for name, value in named_tensors(result.inputs)]
+    placeholders = [n for n in user_input_placeholders(result.program) if isinstance(n.meta.get("val"), torch.Tensor)]
+    shapes = {name: tuple(node.meta["val"].shape) for name, node in zip(leaves, placeholders)}
+    shapes |= {name: tuple(value.shape) for name, value in named_tensors(output_structure(result.program))}
+    return shapes
+
+
+def _onnx_shapes(model_path: Path) -> dict[str, list]:
+    import onnx
+
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    return {
+        value.name: [d.dim_param if d.HasField("dim_param") else d.dim_value for d in value.type.tensor_type.shape.dim]
+        for value in [*graph.input, *graph.output]
+    }
+
+
+@pytest.mark.parametrize("name", list(EXPECTED_INPUT_SHAPES))
+def test_onnx_dims_are_the_programs_and_run_at_other_sizes(onnx_export, saved, name):
+    result = onnx_export(name, True)
+    directory = saved(result)
+    component = read_manifest(directory).components["model"]
+    onnx_shapes = _onnx_shapes(directory / "model.onnx")
+    for leaf, expected in EXPECTED_INPUT_SHAPES[name].items():
+        assert onnx_shapes[leaf] == expected, leaf
+    # Every dim: an integer where the program is static, one name per symbol, the program's range.
+    name_of: dict[sympy.Symbol, str] = {}
+    for leaf, program_shape in _program_shapes(result).items():
+        assert len(onnx_shapes[leaf]) == len(program_shape), leaf
+        for index, (onnx_dim, size) in enumerate(zip(onnx_shapes[leaf], program_shape)):
+            expr = size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(size)
+            if not expr.free_symbols:
+                assert onnx_dim == int(expr), f"{leaf} dim {index}: static {int(expr)} in the program, {onnx_dim!r} in ONNX"
+            elif isinstance(expr, sympy.Symbol):
+                assert isinstance(onnx_dim, str) and onnx_dim, f"{leaf} dim {index} is symbolic in the program"
+                assert name_of.setdefault(expr, onnx_dim) == onnx_dim, f"{expr} has two names"
+                bounds = result.program.range_constraints[expr]
+                assert component.dims[onnx_dim].min == int(bounds.lower)
+                assert component.dims[onnx_dim].max == (int(bounds.upper) if bounds.upper.is_integer else None)
+    assert len(set(name_of.values())) == len(name_of), "two symbols share a name"
+    assert set(component.dims) == set(name_of.values())
+    # ONNX Runtime at another size of every named dim, from the saved file, compared with eager.
+    session = ort.InferenceSession(str(directory / "model.onnx"), providers=["CPUExecutionProvider"])
+    symbols = {dim_name: symbol for symbol, dim_name in name_of.items()}
+    for dim_name, bounds in component.dims.items():
+        moved = _inputs_with(result, symbols[dim_name], bounds)
+        feed = {leaf: tensor.numpy() for leaf, tensor in named_tensors(moved)}
+        got = session.run(None, {i.name: feed[i.name] for i in session.get_inputs()})
+        with torch.no_grad():
+            expected = named_tensors(result.model(**moved))
+        for (output, want), actual in zip(expected, got):
+            torch.testing.assert_close(torch.from_numpy(actual), want, atol=result.atol, rtol=result.rtol,
+                                       msg=lambda m, o=output, d=dim_name: f"{o} with {d} moved: {m}")
+
+
+def _inputs_with(result, symbol: sympy.Symbol, bounds) -> dict:
+    """The sample inputs with every dim carrying ``symbol`` one larger (or smaller, at the maximum)."""
+    placeholders = [n for n in user_input_placeholders(result.program) if isinstance(n.meta.get("val"), torch.Tensor)]
+    moved = dict(result.inputs)
+    generator = torch.Generator().manual_seed(0)
+    for (leaf, value), node in zip(result.inputs.items(), placeholders):
+        shape = list(value.shape)
+        for index, size in enumerate(node.meta["val"].shape):
+            if isinstance(size, torch.SymInt) and size.node.expr == symbol:
+                shape[index] = value.shape[index] + 1 if bounds.max is None or value.shape[index] < bounds.max \
+                    else value.shape[index] - 1
+        if shape != list(value.shape):
+            moved[leaf] = _resample(value, shape, generator)
+    return moved
+
+
+# ── ExecuTorch and the runtimes alone ──
+def test_pte_bundle_loads_and_runs_without_exportbot(et_export, saved, tmp_path):
+    result = et_export("BertModel", False)
+    directory = saved(result)
+    loaded = exporters.load(directory)
+    out = loaded(**result.inputs)
+    with torch.no_grad():
+        eager = result.model(**result.inputs)
+    assert type(out) is type(eager) and list(out.keys()) == list(eager.keys())
+    torch.testing.assert_close(out.last_hidden_state, eager.last_hidden_state, atol=1e-4, rtol=1e-3)
+    _runs_without_exportbot(directory, result, tmp_path)
+
+
+def test_onnx_bundle_runs_without_exportbot(onnx_export, saved, tmp_path):
+    result = onnx_export("T5ForConditionalGeneration", True)
+    _runs_without_exportbot(saved(result), result, tmp_path)
+
+
+def _runs_without_exportbot(directory: Path, result, tmp_path: Path) -> None:
+    component = read_manifest(directory).components["model"]
+    leaves = dict(named_tensors(result.inputs))
+    np.savez(tmp_path / "in.npz", **{spec.name: leaves[spec.name].numpy() for spec in component.inputs})
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "run_bundle_without_exportbot.py"), str(directory),
+         "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "out.npz")],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    imported = json.loads(completed.stdout.splitlines()[-1])["imported"]
+    assert "exporters" not in imported and "bot" not in imported and "transformers" not in imported
+    got = np.load(tmp_path / "out.npz")
+    with torch.no_grad():
+        expected = named_tensors(result.model(**result.inputs))
+    assert list(got) == [name for name, _ in expected]
+    for name, tensor in expected:
+        torch.testing.assert_close(torch.from_numpy(got[name]), tensor, atol=result.atol, rtol=result.rtol)
+
+
+# ── Atomic publish ──
+def test_failed_export_leaves_the_previous_bundle_and_reports_beside_it(tmp_path, monkeypatch):
+    from exporters import runners
+
+    out = tmp_path / "bert"
+    first = export_one(ExportRequest("BertModel", "dynamo", out_dir=out))
+    assert first.status == "pass" and not failure_record_path(out).exists()
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def broken(path, spec):
+        run = runners.TorchExportRunner(path, spec)
+        return lambda feed: [t * 1.01 for t in run(feed)]
+
+    monkeypatch.setitem(runners.RUNNERS, "torch.export", broken)
+    second = export_one(ExportRequest("BertModel", "dynamo", seed=1, out_dir=out))
+    assert second.status == "mismatch" and second.files == {}
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    record = json.loads(failure_record_path(out).read_text())
+    assert record["status"] == "mismatch" and "last_hidden_state: mismatch" in record["error"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bert", "bert.failed.json"]  # no staging left
+    monkeypatch.undo()
+    third = export_one(ExportRequest("BertModel", "dynamo", seed=1, out_dir=out))
+    assert third.status == "pass" and not failure_record_path(out).exists()
+    assert (out / "model.pt2").read_bytes() != before["model.pt2"]
+
+
+def test_output_structure_difference_is_a_mismatch():
+    from exporters.base import structure_difference
+
+    eager = pytree.tree_structure({"logits": torch.zeros(1), "past": (torch.zeros(1),)})
+    assert structure_difference(eager, eager) == ""
+    assert "children" in structure_difference(eager, pytree.tree_structure({"logits": torch.zeros(1)}))
