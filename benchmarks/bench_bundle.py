@@ -1,6 +1,6 @@
 """What shipping a validated bundle costs: loading + one run of the saved artifact, and validation from files.
 
-For Llama, BERT, ViT and T5 on each backend (dynamic shapes), one export each, then interleaved rounds
+For Llama, BERT, ViT and T5 on each backend (dynamic shapes unless ``--static``), one export each, then interleaved rounds
 (every path once per round, order rotated; best of ``--repeat``) of:
 
 - ``in-memory run``: a fresh runtime object on the in-memory artifact and one run (what validation used
@@ -91,9 +91,9 @@ def run_flat(backend: str, run: Callable) -> Callable:
     return run
 
 
-def bench_case(name: str, backend: str, repeat: int, scratch: Path) -> dict[str, Any]:
+def bench_case(name: str, backend: str, dynamic: bool, repeat: int, scratch: Path) -> dict[str, Any]:
     tiny = build_tiny(name)
-    exporter = make_exporter(ExportRequest(name, backend, dynamic=True), optimize=True)
+    exporter = make_exporter(ExportRequest(name, backend, dynamic=dynamic), optimize=True)
     start = time.perf_counter()
     result = exporter.export(tiny.model, tiny.inputs)
     export_seconds = time.perf_counter() - start
@@ -120,6 +120,7 @@ def bench_case(name: str, backend: str, repeat: int, scratch: Path) -> dict[str,
     return {
         "model": name,
         "backend": backend,
+        "mode": "dynamic" if dynamic else "static",
         "export_seconds": round(export_seconds, 3),
         **{key: round(value, 4) for key, value in best.items()},
         "load_ratio": round(best["load + run"] / best["in-memory run"], 2),
@@ -132,6 +133,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=MODELS)
     parser.add_argument("--backends", nargs="*", default=BACKENDS)
+    parser.add_argument("--static", action="store_true", help="static shapes (ExecuTorch lowers about 2x faster)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "bundle.json")
     args = parser.parse_args()
@@ -141,7 +143,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-bundle-") as scratch:
         for name in args.models:
             for backend in args.backends:
-                row = bench_case(name, backend, args.repeat, Path(scratch))
+                row = bench_case(name, backend, not args.static, args.repeat, Path(scratch))
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     fractions = [r["added_validation_fraction_of_export"] for r in rows]

@@ -1,14 +1,15 @@
 """The bundle "done when" matrix: each model x backend x mode exported, then loaded back in fresh processes.
 
-For every case, three separate processes:
+For every case:
 
-1. export: build the tiny model, export, ``result.save(bundle)`` (validated from the written files), and
-   keep the inputs at the sample shape and (dynamic) a second shape with eager's outputs at each;
+1. export (in the matrix's own process, which imports torch once for all cases): build the tiny model,
+   export, ``result.save(bundle)`` (validated from the written files), and keep the inputs at the sample
+   shape and (dynamic) a second shape with eager's outputs at each;
 2. load: a fresh interpreter that imports only ``exporters`` and calls ``exporters.load(bundle)`` at each
    shape, checking the output class, field names and every tensor against eager; for static exports it
    also checks that another size is refused with ``InputError``;
-3. standalone (ONNX and .pte only): ``scripts/run_bundle_without_exportbot.py`` with those inputs, by the
-   manifest's input names, compared with eager, and no exportbot module imported.
+3. standalone (ONNX and .pte only): another fresh interpreter, ``scripts/run_bundle_without_exportbot.py``
+   with those inputs, by the manifest's input names, compared with eager, and no exportbot module imported.
 
     python scripts/bundle_matrix.py                      # all 30 cases, results to docs/bundle-matrix.{md,json}
     python scripts/bundle_matrix.py --models BertModel --backends onnx --out /tmp/m
@@ -128,22 +129,25 @@ def standalone_case(case: Path) -> dict:
     data = torch.load(case / "expected.pt", weights_only=False)
     manifest = json.loads((case / "bundle" / "export.json").read_text())
     component = manifest["components"]["model"]
-    report = {}
-    for label, want in data["expected"].items():
-        from exporters.validation import named_tensors
+    from exporters.validation import named_tensors
 
-        leaves = dict(named_tensors(want["inputs"]))
+    labels = list(data["expected"])
+    for label in labels:
+        leaves = dict(named_tensors(data["expected"][label]["inputs"]))
         np.savez(case / f"{label}-in.npz", **{s["name"]: leaves[s["name"]].numpy() for s in component["inputs"]})
-        completed = subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "run_bundle_without_exportbot.py"), str(case / "bundle"),
-             "--inputs", str(case / f"{label}-in.npz"), "--outputs", str(case / f"{label}-out.npz")],
-            capture_output=True, text=True, timeout=TIMEOUT, cwd=tempfile.gettempdir(),
-            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-        )
-        if completed.returncode != 0:
-            report[label] = {"ok": False, "problems": completed.stderr.strip().splitlines()[-1:]}
-            continue
-        imported = json.loads(completed.stdout.strip().splitlines()[-1])["imported"]
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "run_bundle_without_exportbot.py"), str(case / "bundle"),
+         "--inputs", *[str(case / f"{label}-in.npz") for label in labels],
+         "--outputs", *[str(case / f"{label}-out.npz") for label in labels]],
+        capture_output=True, text=True, timeout=TIMEOUT, cwd=tempfile.gettempdir(),
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    if completed.returncode != 0:
+        return {"error": completed.stderr.strip().splitlines()[-1:] or ["exit " + str(completed.returncode)]}
+    imported = json.loads(completed.stdout.strip().splitlines()[-1])["imported"]
+    report = {}
+    for label in labels:
+        want = data["expected"][label]
         got = np.load(case / f"{label}-out.npz")
         problems = [m for m in ("exporters", "bot") if m in imported]
         worst = 0.0
@@ -163,13 +167,12 @@ def run_case(model: str, backend: str, mode: str, root: Path) -> dict:
     case.mkdir(parents=True, exist_ok=True)
     record: dict = {"model": model, "backend": backend, "mode": mode}
     started = time.perf_counter()
-    completed = subprocess.run([sys.executable, __file__, "--export-case", model, backend, mode, str(case)],
-                               capture_output=True, text=True, env=_env(), timeout=TIMEOUT)
-    record["export_process_seconds"] = round(time.perf_counter() - started, 1)
-    if completed.returncode != 0:
-        record["export"] = "failed"
-        record["error"] = (completed.stderr.strip().splitlines() or ["?"])[-1][:500]
+    try:
+        export_case(model, backend, mode, case)
+    except Exception as error:  # a failed export is a result of the matrix, not the end of it
+        record.update(export="failed", error=f"{type(error).__name__}: {error}"[:500])
         return record
+    record["export_case_seconds"] = round(time.perf_counter() - started, 1)
     import torch
 
     data = torch.load(case / "expected.pt", weights_only=False)
@@ -220,22 +223,27 @@ def write_markdown(records: list[dict], path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--export-case", nargs=4, metavar=("MODEL", "BACKEND", "MODE", "DIR"))
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--backends", nargs="*", default=list(BACKENDS))
     parser.add_argument("--modes", nargs="*", default=list(MODES))
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "exportbot-bundle-matrix")
     parser.add_argument("--out", type=Path, default=ROOT / "docs")
+    parser.add_argument("--records", type=Path, help="JSON Lines of finished cases: appended to, and skipped "
+                        "when run again (resume)")
     args = parser.parse_args()
-    if args.export_case:
-        model, backend, mode, case = args.export_case
-        export_case(model, backend, mode, Path(case))
-        return 0
+    done = {}
+    if args.records and args.records.exists():
+        for line in args.records.read_text().splitlines():
+            record = json.loads(line)
+            done[record["model"], record["backend"], record["mode"]] = record
     records = []
     for model in args.models:
         for backend in args.backends:
             for mode in args.modes:
-                record = run_case(model, backend, mode, args.work)
+                record = done.get((model, backend, mode)) or run_case(model, backend, mode, args.work)
+                if (model, backend, mode) not in done and args.records:
+                    with args.records.open("a") as stream:
+                        stream.write(json.dumps(record) + "\n")
                 print(json.dumps(record), flush=True)
                 records.append(record)
     args.out.mkdir(parents=True, exist_ok=True)
