@@ -78,6 +78,8 @@ class ExportedComponent:
         register_pytree_names(spec.pytree_types)
         self.in_spec = pytree.treespec_loads(spec.in_spec)
         self.out_spec = pytree.treespec_loads(spec.out_spec)
+        placeholder = pytree.tree_unflatten([0] * self.in_spec.num_leaves, self.in_spec)
+        self.leaf_names = [leaf_name(path) for path, _ in pytree.tree_flatten_with_path(placeholder)[0]]
         self.runner = open_runner(directory, spec)
 
     @property
@@ -103,13 +105,16 @@ class ExportedComponent:
         unexpected = [name for name in kwargs if name not in spec.arguments]
         if unexpected:
             raise InputError(f"unexpected input {unexpected[0]!r}: {self._takes()}")
-        flat, structure = pytree.tree_flatten_with_path({name: kwargs[name] for name in spec.arguments})
-        if structure != self.in_spec:
-            raise InputError(
-                f"the inputs' structure differs from the exported one ({structure.num_leaves} leaves, "
-                f"exported with {self.in_spec.num_leaves}); a cache must have the exported layers and layout"
-            )
+        flat, _ = pytree.tree_flatten_with_path({name: kwargs[name] for name in spec.arguments})
         leaves = {leaf_name(path): value for path, value in flat}
+        # Leaves by name, not TreeSpec equality: a cache's constants (a layer's length so far) may differ from
+        # the traced ones without changing what the artifact takes.
+        if list(leaves) != self.leaf_names:
+            different = next((a, b) for a, b in zip([*leaves, None], [*self.leaf_names, None]) if a != b)
+            raise InputError(
+                f"the inputs hold {len(leaves)} tensors, exported with {len(self.leaf_names)}; first difference: "
+                f"{different[0]!r} where the export takes {different[1]!r} (a cache needs the exported layers)"
+            )
         seen: dict[str, tuple[int, str, int]] = {}
         feed: dict[str, torch.Tensor] = {}
         for tensor_spec in spec.inputs:

@@ -359,3 +359,25 @@ def test_output_structure_difference_is_a_mismatch():
     eager = pytree.tree_structure({"logits": torch.zeros(1), "past": (torch.zeros(1),)})
     assert structure_difference(eager, eager) == ""
     assert "children" in structure_difference(eager, pytree.tree_structure({"logits": torch.zeros(1)}))
+
+
+def test_a_cache_input_round_trips_by_leaf_name(tmp_path):
+    """A decode-style call: the cache goes in as a DynamicCache, its leaves are the artifact's inputs."""
+    import copy
+
+    tiny = build_tiny("LlamaForCausalLM")
+    with torch.no_grad():
+        cache = tiny.model(**tiny.inputs).past_key_values
+    inputs = {"input_ids": tiny.inputs["input_ids"][:, :1], "attention_mask": torch.ones(2, 9, dtype=torch.long),
+              "past_key_values": cache}
+    DynamoExporter().export(tiny.model, copy.deepcopy(inputs)).save(tmp_path / "decode")
+    loaded = exporters.load(tmp_path / "decode")
+    assert [t.name for t in loaded.metadata.components["model"].inputs][2:4] == [
+        "past_key_values.layers.0.keys", "past_key_values.layers.0.values"]
+    out = loaded(**copy.deepcopy(inputs))
+    with torch.no_grad():
+        eager = tiny.model(**copy.deepcopy(inputs))
+    assert out.past_key_values.get_seq_length() == 9
+    torch.testing.assert_close(out.logits, eager.logits, atol=1e-4, rtol=1e-4)
+    with pytest.raises(exporters.InputError, match="exported with 6; first difference"):
+        loaded(**inputs | {"past_key_values": type(cache)()})
