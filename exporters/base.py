@@ -214,6 +214,8 @@ class ExportResult:
         )
 
     def _write(self, directory: Path) -> Manifest:
+        for stage in ("write bundle", "validation"):  # this write's timings, not the sum over earlier ones
+            self.metadata.stage_seconds.pop(stage, None)
         with StageClock(self.metadata.stage_seconds)("write bundle"):
             self.save_artifact(directory)
             manifest = self.manifest()
