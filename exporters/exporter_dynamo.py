@@ -78,6 +78,7 @@ class DynamoExporter:
             program = self.export_program(model, inputs, clock)
         with clock("metadata"):
             metadata = describe_export(self.backend, model, inputs, program, self.config, run)
+            component = describe_component(program, inputs, "model.pt2", RUNTIMES["dynamo"])
         with clock("second-shape inputs"):
             second_inputs = second_shape_inputs(program, inputs) if self.config.dynamic else None
         run.finish()
@@ -88,7 +89,7 @@ class DynamoExporter:
             inputs=inputs,
             run_artifact=lambda kw: [t for _, t in named_tensors(program.module()(**kw))],
             save_artifact=lambda out: _save_program(program, out / "model.pt2"),
-            component=describe_component(program, inputs, "model.pt2", RUNTIMES["dynamo"]),
+            component=component,
             program=program,
             atol=self.config.atol,
             rtol=self.config.rtol,

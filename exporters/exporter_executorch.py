@@ -155,6 +155,7 @@ class ExecutorchExporter:
                 lowered = edge.to_executorch()
         with clock("metadata"):
             metadata = describe_export(self.backend, model, inputs, program, config, run)
+            component = describe_component(program, inputs, "model.pte", RUNTIMES["executorch"])
         metadata.dynamic = bool(metadata.dynamic_dims)
         if metadata.dynamic_dims:
             metadata.notes.append(
@@ -171,7 +172,7 @@ class ExecutorchExporter:
             inputs=inputs,
             run_artifact=_PteRunner(lowered.buffer),
             save_artifact=lambda out: _save_pte(lowered.buffer, out / "model.pte"),
-            component=describe_component(program, inputs, "model.pte", RUNTIMES["executorch"]),
+            component=component,
             program=program,
             atol=config.atol,
             rtol=config.rtol,
