@@ -186,7 +186,7 @@ def run_case(model: str, backend: str, mode: str, root: Path) -> dict:
     return record
 
 
-def write_markdown(records: list[dict], path: Path) -> None:
+def write_markdown(records: list[dict], path: Path, note: str = "") -> None:
     lines = [
         "# Bundle matrix: exported, loaded in a fresh process, run without exportbot",
         "",
@@ -196,6 +196,7 @@ def write_markdown(records: list[dict], path: Path) -> None:
         "dynamic exports, a second shape (static ones must refuse another batch size with `InputError`); ONNX",
         "and .pte files also ran in `scripts/run_bundle_without_exportbot.py` (onnxruntime / executorch.runtime,",
         "no exportbot import) from the manifest's input names and matched eager.",
+        *(["", note] if note else []),
         "",
         "| model | backend | mode | export (s) | save+validate (s) | fresh load | without exportbot | ok |",
         "|---|---|---|---:|---:|---|---|---|",
@@ -210,6 +211,9 @@ def write_markdown(records: list[dict], path: Path) -> None:
                          for label, c in part.items())
 
     for r in records:
+        if r.get("export") == "not run":
+            lines.append(f"| {r['model']} | {r['backend']} | {r['mode']} | not run | | | | not run |")
+            continue
         if r.get("export") != "pass":
             lines.append(f"| {r['model']} | {r['backend']} | {r['mode']} | failed: {r.get('error', '')[:80]} | | | | no |")
             continue
@@ -217,7 +221,8 @@ def write_markdown(records: list[dict], path: Path) -> None:
                      f"{r['save_and_validate_seconds']} | {cell(r.get('load'))} | {cell(r.get('standalone'))} | "
                      f"{'yes' if r['ok'] else 'no'} |")
     passed = sum(1 for r in records if r.get("ok"))
-    lines += ["", f"{passed} of {len(records)} cases ok."]
+    not_run = sum(1 for r in records if r.get("export") == "not run")
+    lines += ["", f"{passed} of {len(records)} cases ok" + (f", {not_run} not run." if not_run else ".")]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -228,27 +233,34 @@ def main() -> int:
     parser.add_argument("--modes", nargs="*", default=list(MODES))
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "exportbot-bundle-matrix")
     parser.add_argument("--out", type=Path, default=ROOT / "docs")
-    parser.add_argument("--records", type=Path, help="JSON Lines of finished cases: appended to, and skipped "
-                        "when run again (resume)")
+    parser.add_argument("--records", type=Path, nargs="*", default=[], help="JSON Lines of finished cases: "
+                        "skipped when run again (resume); new cases are appended to the first file")
+    parser.add_argument("--note", default="", help="a line for the table's header (which commit ran it, load)")
+    parser.add_argument("--report-only", action="store_true", help="write the tables from --records; cases "
+                        "without a record are listed as not run")
     args = parser.parse_args()
     done = {}
-    if args.records and args.records.exists():
-        for line in args.records.read_text().splitlines():
+    for records_file in args.records:
+        for line in records_file.read_text().splitlines() if records_file.exists() else []:
             record = json.loads(line)
             done[record["model"], record["backend"], record["mode"]] = record
     records = []
     for model in args.models:
         for backend in args.backends:
             for mode in args.modes:
-                record = done.get((model, backend, mode)) or run_case(model, backend, mode, args.work)
-                if (model, backend, mode) not in done and args.records:
-                    with args.records.open("a") as stream:
-                        stream.write(json.dumps(record) + "\n")
+                record = done.get((model, backend, mode))
+                if record is None and args.report_only:
+                    record = {"model": model, "backend": backend, "mode": mode, "export": "not run"}
+                elif record is None:
+                    record = run_case(model, backend, mode, args.work)
+                    if args.records:
+                        with args.records[0].open("a") as stream:
+                            stream.write(json.dumps(record) + "\n")
                 print(json.dumps(record), flush=True)
                 records.append(record)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bundle-matrix.json").write_text(json.dumps(records, indent=2) + "\n")
-    write_markdown(records, args.out / "bundle-matrix.md")
+    write_markdown(records, args.out / "bundle-matrix.md", args.note)
     return 0 if all(r.get("ok") for r in records) else 1
 
 
