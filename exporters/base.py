@@ -217,7 +217,7 @@ class ExportResult:
             backend=meta.backend, model_class=meta.model_class, components={DEFAULT_COMPONENT: self.component},
             dynamic=meta.dynamic, exportbot=exportbot_identity(), config=meta.config, versions=meta.versions,
             workarounds_fired=meta.workarounds_fired, workarounds_disabled=meta.workarounds_disabled,
-            stage_seconds=meta.stage_seconds, notes=meta.notes,
+            stage_seconds=meta.stage_seconds, notes=meta.notes, options=meta.options,
         )
 
     def _write(self, directory: Path) -> Manifest:

@@ -98,6 +98,7 @@ class Manifest:
     workarounds_disabled: list[str] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)  # the export options used (task, dtype, shapes, bounds)
     files: dict[str, str | None] = field(default_factory=dict)
     validation: dict[str, Any] = field(default_factory=dict)
     format: str = FORMAT
@@ -180,20 +181,33 @@ def summary_of(manifest: Manifest) -> dict[str, Any]:
         "backend": manifest.backend,
         "model_class": manifest.model_class,
         "input_names": component.arguments,
+        "input_shapes": _sample_shapes(component),
         "output_names": [o.name for o in component.outputs],
         "dynamic": manifest.dynamic,
         "dims": {name: asdict(r) for name, r in component.dims.items()},
+        "dynamic_dims": {  # the pre-bundle layout: per input, per dim index, its name and range
+            t.name: {str(i): {"symbol": d, **asdict(component.dims[d])} for i, d in enumerate(t.shape)
+                     if isinstance(d, str) and d in component.dims}
+            for t in component.inputs if any(isinstance(d, str) and d in component.dims for d in t.shape)
+        },
         "versions": manifest.versions,
         "config": manifest.config,
         "workarounds_fired": manifest.workarounds_fired,
         "workarounds_disabled": manifest.workarounds_disabled,
         "stage_seconds": manifest.stage_seconds,
         "notes": manifest.notes,
+        "options": manifest.options,
     }
     summary: dict[str, Any] = {"derived_from": MANIFEST_FILE, "metadata": metadata, "artifact": component.file}
     if component.validation is not None:
         summary["validation"] = component.validation
     return summary
+
+
+def _sample_shapes(component: ComponentSpec) -> dict[str, list[int | str]]:
+    """The sample shapes as validation ran them; the manifest's shapes when it was not validated."""
+    shapes = (component.validation or {}).get("shapes") or []
+    return shapes[0]["input_shapes"] if shapes else {t.name: t.shape for t in component.inputs}
 
 
 def write_model_configs(directory: Path, model: Any) -> dict[str, str | None]:
