@@ -101,6 +101,7 @@ class Manifest:
     options: dict[str, Any] = field(default_factory=dict)  # the export options used (task, dtype, shapes, bounds)
     files: dict[str, str | None] = field(default_factory=dict)
     validation: dict[str, Any] = field(default_factory=dict)
+    generation: dict[str, Any] = field(default_factory=dict)  # generation bundles: docs/generation.md
     format: str = FORMAT
     schema_version: int = SCHEMA_VERSION
 

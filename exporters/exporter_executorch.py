@@ -126,6 +126,12 @@ class ExecutorchExporter:
         # with its module).
         import executorch.exir  # noqa: F401
 
+    def export_for_generation(self, model: torch.nn.Module, inputs: Mapping[str, Any], config: Any = None) -> Any:
+        """Prefill and decode components with a KV cache, as one bundle (exporters.generation_export)."""
+        from exporters.generation_export import export_for_generation
+
+        return export_for_generation(self, model, dict(inputs), config)
+
     def export(self, model: torch.nn.Module, inputs: Mapping[str, Any], *, validate: bool = False) -> ExportResult:
         config = self.config
         prepare = _BACKEND_PREPARE[config.backend]

@@ -77,6 +77,12 @@ class OnnxExporter:
     def __init__(self, config: OnnxConfig | None = None):
         self.config = config or OnnxConfig()
 
+    def export_for_generation(self, model: torch.nn.Module, inputs: Mapping[str, Any], config: Any = None) -> Any:
+        """Prefill and decode components with a KV cache, as one bundle (exporters.generation_export)."""
+        from exporters.generation_export import export_for_generation
+
+        return export_for_generation(self, model, dict(inputs), config)
+
     def export(self, model: torch.nn.Module, inputs: Mapping[str, Any], *, validate: bool = False) -> ExportResult:
         run = start_export(model, self.config.without)
         inputs = dict(inputs)

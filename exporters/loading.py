@@ -187,6 +187,12 @@ class ExportedModel:
     def __call__(self, **kwargs: Any) -> Any:
         return self.default(**kwargs)
 
+    def generate(self, input_ids: torch.Tensor | None = None, **kwargs: Any) -> Any:
+        """Greedy (or seeded sampling) generation run in this bundle's runtime; see exporters.generation_loop."""
+        from exporters.generation_loop import generate
+
+        return generate(self, input_ids, **kwargs)
+
     @functools.cached_property
     def config(self) -> Any:
         """The model's transformers config (``config.json``), or None when the bundle has none."""

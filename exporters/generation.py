@@ -1,0 +1,396 @@
+"""Export a generative model as the components a generation loop runs: ``prefill`` and ``decode``.
+
+Why components and flat tensors: a forward-only export takes a ``Cache`` object it cannot get back from its
+own outputs, so nothing can be generated from it. Each component here is a small wrapper module whose inputs
+and outputs are plain named tensors (``past_key_0`` in, ``present_key_0`` out), so every runtime (ONNX Runtime,
+the ExecuTorch runtime, a ``.pt2`` program) can feed one step's cache into the next without knowing anything
+about transformers' cache classes. The wrapper builds a fresh ``DynamicCache`` from its inputs on every call,
+so eager runs of a component are pure functions of their inputs: validation never sees eager's in-place cache
+updates (the ``nondeterministic`` verdict a plain decode-step export got).
+
+Components:
+
+* decoder-only (Llama, Qwen, Mistral, Gemma, Phi-3, GPT-2, OPT, MoE): ``prefill`` (prompt, no past → logits
+  of the last position and the cache) and ``decode`` (one token and the cache → logits and the grown cache).
+  Position ids are computed inside the graph from the 2-D attention mask (``cumsum - 1``, as ``generate()``
+  does), so left-padded batches of different prompt lengths need nothing but the mask.
+* encoder-decoder (T5, BART, Whisper): ``prefill`` runs the encoder and the first decoder step (the
+  decoder's start tokens) and returns the encoder states, the self-attention cache and the cross-attention
+  cache; ``decode`` takes one token, the self-attention cache (grown every step) and the cross-attention
+  cache (computed once, passed back unchanged, never recomputed).
+
+Cache layout (recorded in ``export.json`` under ``generation``): a *dynamic* cache whose past length is a
+dynamic dim, ``[batch, kv_heads, past, head_dim]`` per layer, with a bound ``max_cache_len`` on prompt plus
+new tokens. ONNX and ``.pt2`` keep the batch dynamic; ExecuTorch keeps the batch static (the export's batch)
+and bounds every sequence dim by ``max_cache_len``, because its memory planner needs upper bounds (unbounded
+dims run only at the example shape) and one dynamic dim per tensor keeps XNNPACK's reshapes delegated.
+docs/generation.md explains the choice against a static ``max_cache_len`` cache.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch.export import Dim
+
+__all__ = [
+    "ComponentPlan",
+    "GenerationExportConfig",
+    "cache_layout",
+    "generation_kind",
+    "plan_components",
+]
+
+DECODER_ONLY = "decoder-only"
+ENCODER_DECODER = "encoder-decoder"
+
+
+@dataclass
+class GenerationExportConfig:
+    """Sizes a generation export is built for.
+
+    ``max_cache_len`` bounds prompt plus generated tokens (ExecuTorch plans memory for it and rejects longer
+    sequences; ONNX and ``.pt2`` record it as the export's tested limit). ``max_batch`` bounds a dynamic batch.
+    ``static_batch`` fixes the batch to the sample inputs' (default: only for ExecuTorch).
+    """
+
+    max_cache_len: int = 64
+    max_batch: int = 8
+    static_batch: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_cache_len < 4:
+            raise ValueError(f"max_cache_len must be at least 4, got {self.max_cache_len}")
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, got {self.max_batch}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def generation_kind(model: torch.nn.Module) -> str:
+    """``decoder-only`` or ``encoder-decoder``; anything without a language-model head is refused."""
+    config = model.config
+    if not hasattr(model, "generate") or not callable(getattr(model, "can_generate", None)) or not model.can_generate():
+        raise ValueError(f"{type(model).__name__} has no generation head (can_generate() is False)")
+    return ENCODER_DECODER if getattr(config, "is_encoder_decoder", False) else DECODER_ONLY
+
+
+def _layers(model: torch.nn.Module) -> int:
+    text = model.config.get_text_config(decoder=True)
+    for name in ("num_hidden_layers", "decoder_layers", "num_decoder_layers", "n_layer", "num_layers"):
+        value = getattr(text, name, None)
+        if isinstance(value, int):
+            return value
+    raise ValueError(f"{type(model).__name__}: cannot tell the number of decoder layers from its config")
+
+
+def _accepts(model: torch.nn.Module, name: str) -> bool:
+    return name in inspect.signature(model.forward).parameters
+
+
+def _positions(attention_mask: torch.Tensor, query_length: int) -> torch.Tensor:
+    """Position ids of the last ``query_length`` tokens, as ``generate()`` derives them from a padded mask."""
+    positions = attention_mask.long().cumsum(-1) - 1
+    positions = positions.masked_fill(attention_mask == 0, 0)
+    return positions[:, -query_length:]
+
+
+def _pairs(tensors: Mapping[str, torch.Tensor], prefix: str, layers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(tensors[f"{prefix}_key_{i}"], tensors[f"{prefix}_value_{i}"]) for i in range(layers)]
+
+
+def _flat_cache(cache: Any, prefix: str) -> dict[str, torch.Tensor]:
+    flat: dict[str, torch.Tensor] = {}
+    for i, layer in enumerate(cache.layers):
+        flat[f"{prefix}_key_{i}"] = layer.keys
+        flat[f"{prefix}_value_{i}"] = layer.values
+    return flat
+
+
+# ── Components: wrapper modules with flat tensor inputs and outputs ──
+class DecoderOnlyStep(torch.nn.Module):
+    """One forward of a decoder-only model: ``prefill`` (no past inputs) or ``decode`` (past in, present out).
+
+    Returns only the last position's logits (``logits_to_keep=1`` where the model takes it): a generation
+    loop needs nothing else, and prefill then never materialises ``[batch, prompt, vocab]``.
+    """
+
+    def __init__(self, model: torch.nn.Module, with_past: bool):
+        super().__init__()
+        self.model = model
+        self.with_past = with_past
+        self.layers = _layers(model)
+        self.position_ids = _accepts(model, "position_ids")
+        self.logits_to_keep = _accepts(model, "logits_to_keep")
+
+    def forward(self, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        from transformers import DynamicCache
+
+        input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]
+        cache = DynamicCache(_pairs(inputs, "past", self.layers)) if self.with_past else DynamicCache()
+        kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask,
+                                  "past_key_values": cache, "use_cache": True}
+        if self.position_ids:
+            kwargs["position_ids"] = _positions(attention_mask, input_ids.shape[1])
+        if self.logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        out = self.model(**kwargs)
+        present = _flat_cache(out.past_key_values, "present")
+        if not self.with_past:
+            # Padded slots are masked in every later step, so their contents never matter; zeroed, the cache is
+            # the same in every runtime (a left-padded row's fully masked queries give NaN or uniform attention
+            # depending on the kernel, which the next layer's keys would carry).
+            keep = attention_mask[:, None, :, None].to(out.logits.dtype)
+            present = {name: value * keep for name, value in present.items()}
+        return {"logits": out.logits[:, -1, :], **present}
+
+
+class EncoderDecoderStep(torch.nn.Module):
+    """``prefill``: encoder plus the first decoder step; ``decode``: one decoder step on both caches.
+
+    The cross-attention cache is an input of ``decode`` and not an output: it never changes after prefill,
+    and returning it would copy every layer's encoder keys on every step.
+    """
+
+    def __init__(self, model: torch.nn.Module, with_past: bool, encoder_input: str):
+        super().__init__()
+        self.model = model
+        self.with_past = with_past
+        self.layers = _layers(model)
+        self.encoder_input = encoder_input
+        self.encoder_mask = encoder_input == "input_ids"  # speech encoders (Whisper) take no mask
+
+    def forward(self, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        from transformers import DynamicCache, EncoderDecoderCache
+        from transformers.modeling_outputs import BaseModelOutput
+
+        kwargs: dict[str, Any] = {"decoder_input_ids": inputs["decoder_input_ids"], "use_cache": True}
+        if self.encoder_mask:
+            kwargs["attention_mask"] = inputs["attention_mask"]
+        if self.with_past:
+            kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=inputs["encoder_hidden_states"])
+            kwargs["past_key_values"] = EncoderDecoderCache(
+                DynamicCache(_pairs(inputs, "past", self.layers)),
+                DynamicCache(_pairs(inputs, "past_cross", self.layers)),
+            )
+        else:
+            kwargs[self.encoder_input] = inputs[self.encoder_input]
+            kwargs["past_key_values"] = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        out = self.model(**kwargs)
+        result = {"logits": out.logits[:, -1, :]}
+        result.update(_flat_cache(out.past_key_values.self_attention_cache, "present"))
+        if not self.with_past:
+            result["encoder_hidden_states"] = out.encoder_last_hidden_state
+            result.update(_flat_cache(out.past_key_values.cross_attention_cache, "present_cross"))
+        return result
+
+
+# ── Planning: which components, with which sample inputs and dynamic dims ──
+@dataclass
+class ComponentPlan:
+    """One component to export: its wrapper module, sample inputs at two shapes, and dynamic-shape spec.
+
+    ``second_inputs`` come from a real eager prefill of a shorter prompt (and one more row when the batch is
+    dynamic), so a decode step's cache, mask and past length always agree with each other.
+    """
+
+    name: str
+    module: torch.nn.Module
+    inputs: dict[str, torch.Tensor]
+    dynamic_shapes: dict[str, Any]
+    second_inputs: dict[str, torch.Tensor] | None = None
+
+
+def _encoder_input(model: torch.nn.Module, inputs: Mapping[str, Any]) -> str:
+    for name in ("input_ids", "input_features"):
+        if name in inputs:
+            return name
+    raise ValueError(f"{type(model).__name__}: generation inputs need input_ids or input_features")
+
+
+def decoder_start_ids(model: torch.nn.Module, batch: int) -> torch.Tensor:
+    """The decoder's first token for every row (``decoder_start_token_id``, as ``generate()`` starts)."""
+    start = model.generation_config.decoder_start_token_id
+    if start is None:
+        start = model.config.decoder_start_token_id
+    if isinstance(start, (list, tuple)):
+        start = start[0]
+    if start is None:
+        raise ValueError(f"{type(model).__name__}: no decoder_start_token_id in its config")
+    return torch.full((batch, 1), int(start), dtype=torch.long)
+
+
+def plan_components(
+    model: torch.nn.Module, inputs: Mapping[str, Any], config: GenerationExportConfig, backend: str
+) -> list[ComponentPlan]:
+    """The components of a generation export; decode's sample cache comes from running eager prefill once.
+
+    Dims: ``batch`` and the prompt's ``sequence`` are named dims shared by every input that has them. The
+    past length is ``Dim.AUTO``: as a named dim, torch 2.13's constraint solver rejects the contiguity guard
+    of the cache's ``cat`` (``Min(8*past + 8, 16*past + 16) == 8*past + 8``, true for every past length) as a
+    constraint violation; ``Dim.AUTO`` keeps the same dynamic dim without asking the solver to prove it.
+    """
+    static_batch = config.static_batch if config.static_batch is not None else backend == "executorch"
+    batch: Any = None if static_batch else Dim("batch", min=1, max=config.max_batch)
+    inputs = dict(inputs)
+    if "attention_mask" not in inputs and "input_ids" in inputs:
+        inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+    if generation_kind(model) == DECODER_ONLY:
+        return _plan_decoder_only(model, inputs, batch, config.max_cache_len, static_batch)
+    return _plan_encoder_decoder(model, inputs, batch, config.max_cache_len, static_batch)
+
+
+def _second_prompt(prompt: Mapping[str, torch.Tensor], sequence_inputs: tuple[str, ...],
+                   static_batch: bool) -> dict[str, torch.Tensor]:
+    """The prompt two tokens shorter (left-cut, so padding stays on the left) and, for a dynamic batch, with
+    row 0 repeated once more."""
+    second = {}
+    for name, value in prompt.items():
+        if name in sequence_inputs and value.shape[1] > 3:
+            value = value[:, 2:]
+        if not static_batch:
+            value = torch.cat([value, value[:1]], dim=0)
+        second[name] = value
+    return second
+
+
+def _cache_spec(names: list[str], batch: Any, past: Any) -> dict[str, Any]:
+    return {name: {0: batch, 2: past} for name in names}
+
+
+def _as_past(outputs: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {name.replace("present", "past", 1): value for name, value in outputs.items() if name.startswith(prefix)}
+
+
+def _plan_decoder_only(model: torch.nn.Module, inputs: dict[str, Any], batch: Any, longest: int,
+                       static_batch: bool) -> list[ComponentPlan]:
+    prefill = DecoderOnlyStep(model, with_past=False).eval()
+
+    def decode_inputs(prompt: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            first = prefill(**prompt)
+        token = first["logits"].argmax(-1, keepdim=True)
+        mask = torch.cat([prompt["attention_mask"], torch.ones_like(token)], dim=1)
+        return {"input_ids": token, "attention_mask": mask, **_as_past(first, "present_")}
+
+    prompt = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
+    second = _second_prompt(prompt, ("input_ids", "attention_mask"), static_batch)
+    sequence = Dim("sequence", min=1, max=longest)
+    step = decode_inputs(prompt)
+    decode_spec = {
+        "input_ids": {0: batch},
+        "attention_mask": {0: batch, 1: Dim.AUTO(min=2, max=longest)},
+        **_cache_spec([n for n in step if n.startswith("past_")], batch, Dim.AUTO(min=1, max=longest - 1)),
+    }
+    return [
+        ComponentPlan("prefill", prefill, prompt,
+                      {"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence}}, second),
+        ComponentPlan("decode", DecoderOnlyStep(model, with_past=True).eval(), step, decode_spec,
+                      decode_inputs(second)),
+    ]
+
+
+def _plan_encoder_decoder(model: torch.nn.Module, inputs: dict[str, Any], batch: Any, longest: int,
+                          static_batch: bool) -> list[ComponentPlan]:
+    encoder_input = _encoder_input(model, inputs)
+    prefill = EncoderDecoderStep(model, with_past=False, encoder_input=encoder_input).eval()
+    texts = encoder_input == "input_ids"
+    encoder_sequence = Dim("encoder_sequence", min=1, max=longest) if texts else None  # audio: frames fixed
+
+    def decode_inputs(prompt: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            first = prefill(**prompt)
+        step = {"decoder_input_ids": first["logits"].argmax(-1, keepdim=True)}
+        if texts:
+            step["attention_mask"] = prompt["attention_mask"]
+        step["encoder_hidden_states"] = first["encoder_hidden_states"]
+        return {**step, **_as_past(first, "present_key"), **_as_past(first, "present_value"),
+                **_as_past(first, "present_cross")}
+
+    source = inputs[encoder_input]
+    prompt = {encoder_input: source}
+    if texts:
+        prompt["attention_mask"] = inputs["attention_mask"]
+    prompt["decoder_input_ids"] = decoder_start_ids(model, source.shape[0])
+    second = _second_prompt(prompt, ("input_ids", "attention_mask"), static_batch)
+    step = decode_inputs(prompt)
+    prefill_spec: dict[str, Any] = {encoder_input: {0: batch, 1: encoder_sequence} if texts else {0: batch},
+                                    "decoder_input_ids": {0: batch}}
+    decode_spec: dict[str, Any] = {"decoder_input_ids": {0: batch}}
+    if texts:
+        prefill_spec["attention_mask"] = decode_spec["attention_mask"] = {0: batch, 1: encoder_sequence}
+    decode_spec["encoder_hidden_states"] = {0: batch, 1: encoder_sequence}
+    past = Dim.AUTO(min=1, max=longest - 1)
+    decode_spec.update(_cache_spec([n for n in step if n.startswith(("past_key", "past_value"))], batch, past))
+    decode_spec.update(_cache_spec([n for n in step if n.startswith("past_cross")], batch, encoder_sequence))
+    return [
+        ComponentPlan("prefill", prefill, prompt, prefill_spec, second),
+        ComponentPlan("decode", EncoderDecoderStep(model, with_past=True, encoder_input=encoder_input).eval(),
+                      step, decode_spec, decode_inputs(second)),
+    ]
+
+
+def cache_layout(model: torch.nn.Module, plans: list[ComponentPlan], config: GenerationExportConfig,
+                 backend: str) -> dict[str, Any]:
+    """The ``generation`` section of ``export.json``: how a loop feeds one step's outputs to the next."""
+    kind = generation_kind(model)
+    decode = next(p for p in plans if p.name == "decode")
+    layers = _layers(model)
+    sample = decode.inputs["past_key_0"]
+    layout: dict[str, Any] = {
+        "kind": kind,
+        "cache": "dynamic",
+        "components": [p.name for p in plans],
+        "layers": layers,
+        "max_cache_len": config.max_cache_len,
+        "batch": "static" if decode.dynamic_shapes["input_ids" if kind == DECODER_ONLY else "decoder_input_ids"][0]
+        is None else "dynamic",
+        "batch_size": int(sample.shape[0]),
+        "self_attention": {
+            "inputs": "past_{key,value}_{layer}",
+            "outputs": "present_{key,value}_{layer}",
+            "shape": ["batch", int(sample.shape[1]), "past", int(sample.shape[3])],
+            "grows": "concatenated along dim 2 by every decode step",
+        },
+        "logits": "logits: [batch, vocab], last position only",
+        "position_ids": "computed in the graph from attention_mask (cumsum - 1)",
+        "eos_token_id": _eos(model),
+        "pad_token_id": _pad(model),
+    }
+    if kind == ENCODER_DECODER:
+        cross = decode.inputs["past_cross_key_0"]
+        layout["encoder_input"] = next(n for n in plans[0].inputs if n in ("input_ids", "input_features"))
+        layout["decoder_start_token_id"] = int(plans[0].inputs["decoder_input_ids"][0, 0])
+        layout["cross_attention"] = {
+            "inputs": "past_cross_{key,value}_{layer}",
+            "outputs_of_prefill": "present_cross_{key,value}_{layer}",
+            "shape": ["batch", int(cross.shape[1]), "encoder_sequence", int(cross.shape[3])],
+            "grows": "never: computed once by prefill, fed unchanged to every decode step",
+        }
+    layout["backend"] = backend
+    return layout
+
+
+def _ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, torch.Tensor):
+        return [int(v) for v in value.flatten().tolist()]
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+
+
+def _eos(model: torch.nn.Module) -> list[int]:
+    return _ids(model.generation_config.eos_token_id) or _ids(getattr(model.config, "eos_token_id", None))
+
+
+def _pad(model: torch.nn.Module) -> int | None:
+    pad = model.generation_config.pad_token_id
+    if pad is None:
+        pad = getattr(model.config, "pad_token_id", None)
+    ids = _ids(pad)
+    return ids[0] if ids else (_eos(model) or [None])[0]

@@ -1,0 +1,134 @@
+"""Token-for-token comparison of ``generate()`` on a bundle with eager ``generate(do_sample=False)``.
+
+Verdicts, in the vocabulary of ``exporters.validation``:
+
+* ``pass``: every new token of every row equals eager's, and every step's logits are within tolerance;
+* ``mismatch``: the first step and row where the tokens (or logits) differ are named;
+* ``inconclusive``: the comparison could not have failed usefully — eager's greedy path is one token
+  repeated for every row (a degenerate random model: a broken cache would give the same tokens), or
+  eager stopped before ``max_new_tokens``.
+
+Eager runs transformers' generic ``GenerationMixin.generate`` with a plain greedy ``GenerationConfig``
+(the same EOS, pad and decoder-start tokens; no logits processors), ``min_new_tokens`` equal to
+``max_new_tokens`` on both sides so that a random model's early EOS cannot shorten the comparison. Each
+eager call builds its own cache, so eager is compared with a fresh run, never with a cache another run has
+updated in place.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from exporters.validation import INCONCLUSIVE, MISMATCH, PASS
+
+__all__ = ["GenerationCheck", "check_generation", "eager_generate"]
+
+LOGITS_ATOL = 1e-3
+LOGITS_RTOL = 1e-3
+
+
+@dataclass
+class GenerationCheck:
+    """The verdict of one token-for-token comparison, with what was compared and how fast each side ran."""
+
+    status: str
+    detail: str
+    new_tokens: int
+    batch: int
+    prompt_lengths: list[int]
+    first_mismatch: dict[str, int] | None = None
+    max_logits_diff: float | None = None
+    logits_atol: float = LOGITS_ATOL
+    logits_rtol: float = LOGITS_RTOL
+    eager_tokens: list[list[int]] = field(default_factory=list)
+    exported_tokens: list[list[int]] = field(default_factory=list)
+    exported_decode_tokens_per_second: float | None = None
+    eager_generate_seconds: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _plain_config(model: torch.nn.Module, layout: dict[str, Any], new_tokens: int) -> Any:
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(
+        do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+        eos_token_id=layout.get("eos_token_id") or None, pad_token_id=layout.get("pad_token_id"),
+        output_logits=True, return_dict_in_generate=True,
+    )
+    if layout["kind"] == "encoder-decoder":
+        config.decoder_start_token_id = layout["decoder_start_token_id"]
+    return config
+
+
+def eager_generate(model: torch.nn.Module, layout: dict[str, Any], inputs: dict[str, torch.Tensor],
+                   new_tokens: int) -> tuple[torch.Tensor, list[torch.Tensor], float]:
+    """Eager greedy tokens ``[batch, new]``, the raw logits of every step, and the seconds it took."""
+    from transformers import GenerationMixin
+
+    kwargs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "input_features")}
+    started = time.perf_counter()
+    with torch.no_grad():
+        out = GenerationMixin.generate(model, **kwargs, generation_config=_plain_config(model, layout, new_tokens))
+    seconds = time.perf_counter() - started
+    sequences = out.sequences
+    skip = inputs["input_ids"].shape[1] if layout["kind"] == "decoder-only" else 1  # prompt / decoder start
+    return sequences[:, skip:], list(out.logits), seconds
+
+
+def check_generation(model: torch.nn.Module, bundle: Any, inputs: dict[str, torch.Tensor],
+                     max_new_tokens: int = 16) -> GenerationCheck:
+    """Run ``bundle.generate`` and eager greedy generation on ``inputs`` and compare them step by step."""
+    layout = bundle.metadata.generation
+    eager_tokens, eager_logits, eager_seconds = eager_generate(model, layout, inputs, max_new_tokens)
+    mask = inputs.get("attention_mask")
+    lengths = [int(v) for v in mask.sum(-1)] if mask is not None else []
+    exported = bundle.generate(**inputs, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens)
+    batch = int(eager_tokens.shape[0])
+
+    def verdict(status: str, detail: str, **extra: Any) -> GenerationCheck:
+        return GenerationCheck(
+            status, detail, max_new_tokens, batch, lengths, eager_tokens=eager_tokens.tolist(),
+            exported_tokens=exported.tokens.tolist(), eager_generate_seconds=round(eager_seconds, 4),
+            exported_decode_tokens_per_second=round(exported.decode_tokens_per_second, 2), **extra)
+
+    worst = 0.0
+    steps = min(len(eager_logits), len(exported.logits))
+    for step in range(steps):
+        expected, actual = eager_logits[step].double(), exported.logits[step].double()
+        diff = (expected - actual).abs()
+        worst = max(worst, float(diff.max()))
+        token_rows = (eager_tokens[:, step] != exported.tokens[:, step]).nonzero().flatten().tolist() \
+            if step < exported.tokens.shape[1] else list(range(batch))
+        if token_rows:
+            return verdict(MISMATCH, f"first differing token at step {step}, row {token_rows[0]}: eager "
+                           f"{int(eager_tokens[token_rows[0], step])}, exported "
+                           f"{_token(exported.tokens, token_rows[0], step)} (max logits diff so far {worst:.3g})",
+                           first_mismatch={"step": step, "row": token_rows[0]}, max_logits_diff=worst)
+        bad = ~(diff <= LOGITS_ATOL + LOGITS_RTOL * expected.abs())
+        if bad.any():
+            row = int(bad.any(-1).nonzero()[0])
+            return verdict(MISMATCH, f"logits off at step {step}, row {row} (max abs diff {float(diff.max()):.3g}, "
+                           f"atol {LOGITS_ATOL:g}, rtol {LOGITS_RTOL:g}) although the tokens agree",
+                           first_mismatch={"step": step, "row": row}, max_logits_diff=worst)
+    if exported.tokens.shape[1] != eager_tokens.shape[1]:
+        return verdict(MISMATCH, f"exported generated {exported.tokens.shape[1]} tokens, eager "
+                       f"{eager_tokens.shape[1]}", first_mismatch={"step": steps, "row": 0}, max_logits_diff=worst)
+    if eager_tokens.shape[1] < max_new_tokens:
+        return verdict(INCONCLUSIVE, f"eager stopped after {eager_tokens.shape[1]} of {max_new_tokens} tokens",
+                       max_logits_diff=worst)
+    if all(len(set(row)) == 1 for row in eager_tokens.tolist()):
+        return verdict(INCONCLUSIVE, "eager's greedy path repeats one token in every row: a degenerate model, "
+                       "which a broken cache would reproduce too (change the seed or init scale)",
+                       max_logits_diff=worst)
+    return verdict(PASS, f"{batch} rows x {max_new_tokens} new tokens equal; max logits diff {worst:.3g}",
+                   max_logits_diff=worst)
+
+
+def _token(tokens: torch.Tensor, row: int, step: int) -> str:
+    return str(int(tokens[row, step])) if step < tokens.shape[1] else "none (stopped)"
