@@ -225,6 +225,11 @@ def decoder_start_ids(model: torch.nn.Module, batch: int) -> torch.Tensor:
     return torch.full((batch, 1), int(start), dtype=torch.long)
 
 
+def static_batch(config: GenerationExportConfig, backend: str) -> bool:
+    """Whether the batch is fixed: as configured, else only for ExecuTorch."""
+    return config.static_batch if config.static_batch is not None else backend == "executorch"
+
+
 def plan_components(
     model: torch.nn.Module, inputs: Mapping[str, Any], config: GenerationExportConfig, backend: str
 ) -> list[ComponentPlan]:
@@ -235,14 +240,14 @@ def plan_components(
     of the cache's ``cat`` (``Min(8*past + 8, 16*past + 16) == 8*past + 8``, true for every past length) as a
     constraint violation; ``Dim.AUTO`` keeps the same dynamic dim without asking the solver to prove it.
     """
-    static_batch = config.static_batch if config.static_batch is not None else backend == "executorch"
-    batch: Any = None if static_batch else Dim("batch", min=1, max=config.max_batch)
+    static = static_batch(config, backend)
+    batch: Any = Dim.STATIC if static else Dim("batch", min=1, max=config.max_batch)
     inputs = dict(inputs)
     if "attention_mask" not in inputs and "input_ids" in inputs:
         inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
     if generation_kind(model) == DECODER_ONLY:
-        return _plan_decoder_only(model, inputs, batch, config.max_cache_len, static_batch)
-    return _plan_encoder_decoder(model, inputs, batch, config.max_cache_len, static_batch)
+        return _plan_decoder_only(model, inputs, batch, config.max_cache_len, static)
+    return _plan_encoder_decoder(model, inputs, batch, config.max_cache_len, static)
 
 
 def _second_prompt(prompt: Mapping[str, torch.Tensor], sequence_inputs: tuple[str, ...],
@@ -279,6 +284,8 @@ def _plan_decoder_only(model: torch.nn.Module, inputs: dict[str, Any], batch: An
         return {"input_ids": token, "attention_mask": mask, **_as_past(first, "present_")}
 
     prompt = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
+    if prompt["input_ids"].shape[1] < 2:
+        raise ValueError("sample prompts must be at least 2 tokens long: torch.export specialises a size of 1")
     second = _second_prompt(prompt, ("input_ids", "attention_mask"), static_batch)
     sequence = Dim("sequence", min=1, max=longest)
     step = decode_inputs(prompt)
@@ -299,6 +306,7 @@ def _plan_encoder_decoder(model: torch.nn.Module, inputs: dict[str, Any], batch:
                           static_batch: bool) -> list[ComponentPlan]:
     encoder_input = _encoder_input(model, inputs)
     prefill = EncoderDecoderStep(model, with_past=False, encoder_input=encoder_input).eval()
+    decode = EncoderDecoderStep(model, with_past=True, encoder_input=encoder_input).eval()
     texts = encoder_input == "input_ids"
     encoder_sequence = Dim("encoder_sequence", min=1, max=longest) if texts else None  # audio: frames fixed
 
@@ -309,8 +317,14 @@ def _plan_encoder_decoder(model: torch.nn.Module, inputs: dict[str, Any], batch:
         if texts:
             step["attention_mask"] = prompt["attention_mask"]
         step["encoder_hidden_states"] = first["encoder_hidden_states"]
-        return {**step, **_as_past(first, "present_key"), **_as_past(first, "present_value"),
+        step = {**step, **_as_past(first, "present_key"), **_as_past(first, "present_value"),
                 **_as_past(first, "present_cross")}
+        # After the single start token the self-attention past is 1 long, and torch.export specialises a
+        # sample size of 1: one eager decode step first makes the sample past 2 long, so it stays dynamic.
+        with torch.no_grad():
+            second_step = decode(**step)
+        return {**step, "decoder_input_ids": second_step["logits"].argmax(-1, keepdim=True),
+                **_as_past(second_step, "present_key"), **_as_past(second_step, "present_value")}
 
     source = inputs[encoder_input]
     prompt = {encoder_input: source}
@@ -330,8 +344,7 @@ def _plan_encoder_decoder(model: torch.nn.Module, inputs: dict[str, Any], batch:
     decode_spec.update(_cache_spec([n for n in step if n.startswith("past_cross")], batch, encoder_sequence))
     return [
         ComponentPlan("prefill", prefill, prompt, prefill_spec, second),
-        ComponentPlan("decode", EncoderDecoderStep(model, with_past=True, encoder_input=encoder_input).eval(),
-                      step, decode_spec, decode_inputs(second)),
+        ComponentPlan("decode", decode, step, decode_spec, decode_inputs(second)),
     ]
 
 
@@ -348,8 +361,7 @@ def cache_layout(model: torch.nn.Module, plans: list[ComponentPlan], config: Gen
         "components": [p.name for p in plans],
         "layers": layers,
         "max_cache_len": config.max_cache_len,
-        "batch": "static" if decode.dynamic_shapes["input_ids" if kind == DECODER_ONLY else "decoder_input_ids"][0]
-        is None else "dynamic",
+        "batch": "static" if static_batch(config, backend) else "dynamic",
         "batch_size": int(sample.shape[0]),
         "self_attention": {
             "inputs": "past_{key,value}_{layer}",
@@ -394,3 +406,37 @@ def _pad(model: torch.nn.Module) -> int | None:
         pad = getattr(model.config, "pad_token_id", None)
     ids = _ids(pad)
     return ids[0] if ids else (_eos(model) or [None])[0]
+
+
+def sample_prompts(model: torch.nn.Module, batch: int = 2, prompt_length: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Generation inputs for ``model`` (see ``make_prompts``)."""
+    kind = generation_kind(model)
+    speech = kind == ENCODER_DECODER and "input_features" in inspect.signature(model.forward).parameters
+    return make_prompts(kind, "input_features" if speech else "input_ids", model.config, _pad(model),
+                        batch, prompt_length, seed)
+
+
+def make_prompts(kind: str, encoder_input: str, config: Any, pad: int | None, batch: int = 2,
+                 prompt_length: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A batch of random prompts of different lengths, padded as a tokenizer pads them for generation.
+
+    Decoder-only prompts are left-padded (row ``i`` loses ``i * prompt_length // 3`` tokens to padding, as
+    ``padding_side="left"`` batches do); encoder inputs are right-padded; speech models get random log-mel
+    features of the encoder's fixed frame count (``2 * max_source_positions``).
+    """
+    if prompt_length < 1 or batch < 1:
+        raise ValueError(f"prompt_length and batch must be at least 1, got {prompt_length}, {batch}")
+    generator = torch.Generator().manual_seed(seed)
+    if encoder_input == "input_features":
+        features = (batch, config.num_mel_bins, 2 * config.max_source_positions)
+        return {"input_features": torch.randn(*features, generator=generator)}
+    vocab = config.get_text_config(decoder=True).vocab_size
+    ids = torch.randint(3, vocab, (batch, prompt_length), generator=generator)
+    mask = torch.ones_like(ids)
+    for row in range(1, batch):
+        cut = min(row * prompt_length // 3, prompt_length - 1)
+        if cut:
+            index = slice(0, cut) if kind == DECODER_ONLY else slice(prompt_length - cut, prompt_length)
+            mask[row, index] = 0
+            ids[row, index] = pad if pad is not None else 0
+    return {"input_ids": ids, "attention_mask": mask}

@@ -390,17 +390,23 @@ class TinyModel:
 
 def build_tiny(
     name: str, seed: int = 0, batch: int = BATCH, sequence: int = SEQUENCE, config: Any = None,
-    image_size: int | None = None,
+    image_size: int | None = None, overrides: dict[str, Any] | None = None,
 ) -> TinyModel:
     """Build class ``name`` tiny and random, with sample inputs derived from its forward signature.
 
     ``config`` (already small) replaces the shrunk default config: a ledger reproducer's overrides.
     ``image_size`` sets the (vision) config's ``image_size``, so position tables and samples follow it.
+    ``overrides`` set config fields after shrinking (a generation check sets a short ``sliding_window`` so
+    that the window is exercised within a few tokens); fields the config does not have are ignored.
     """
     cls = model_class(name)
     config = shrink_config(cls.config_class()) if config is None else config
     if image_size is not None and hasattr(_vision(config), "image_size"):
         _vision(config).image_size = image_size
+    for field_name, value in (overrides or {}).items():
+        for target in (config, getattr(config, "text_config", None)):
+            if target is not None and getattr(target, field_name, None) is not None:
+                setattr(target, field_name, value)
     torch.manual_seed(seed)
     model = cls(config).eval()
     _break_router_ties(model, seed)

@@ -1,0 +1,238 @@
+"""``exportbot export MODEL --task text-generation`` and ``exportbot generate DIR``: generation bundles.
+
+``export_generation`` builds the model (a class name built tiny and random, or a local checkpoint), exports
+its ``prefill`` and ``decode`` components (exporters.generation_export), validates the written bundle token
+for token against eager, and publishes it. ``generate`` loads a bundle, generates from random prompts of a
+chosen length in the bundle's runtime, prints the tokens and decode speed, and compares them with eager
+``generate()`` on the model the bundle came from (rebuilt from the ``source`` the manifest records).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from bot.errors import EXIT_FAILED, UsageProblem, report_errors
+
+# Tasks whose export is a generation bundle, and the kind of model each needs.
+GENERATION_TASKS = {
+    "text-generation": "decoder-only",
+    "text2text-generation": "encoder-decoder",
+    "automatic-speech-recognition": "encoder-decoder",
+}
+
+
+def build_generation_model(model: str, seed: int, task: str | None = None,
+                           overrides: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    """The eager model for a generation export and the ``source`` record that rebuilds it later."""
+    from exporters.generation import generation_kind
+    from exporters.tiny import TinyModelError, build_tiny, load_local
+
+    path = Path(model)
+    try:
+        if path.is_dir():
+            built = load_local(path, seed).model
+            source = {"checkpoint": str(path.resolve()), "seed": seed}
+        else:
+            built = build_tiny(model, seed, overrides=overrides).model
+            source = {"tiny": model, "seed": seed, "overrides": overrides or {}}
+    except TinyModelError as error:
+        raise UsageProblem(str(error)) from None
+    try:
+        kind = generation_kind(built)
+    except ValueError as error:
+        raise UsageProblem(f"{model}: {error}") from None
+    if task is not None and GENERATION_TASKS.get(task) not in (None, kind):
+        raise UsageProblem(f"{model} is {kind}; --task {task} needs an {GENERATION_TASKS[task]} model")
+    fill_decoder_start(built)
+    return built, source
+
+
+def fill_decoder_start(model: Any) -> None:
+    """Give an encoder-decoder model without ``decoder_start_token_id`` its pad token as the start token.
+
+    T5's config class has no such field (its checkpoints set ``decoder_start_token_id: 0``, the pad id, in
+    config.json), so a T5 built from its config class cannot ``generate()`` at all; this is what T5 means.
+    """
+    generation, config = model.generation_config, model.config
+    missing = generation.decoder_start_token_id is None and getattr(config, "decoder_start_token_id", None) is None
+    if config.is_encoder_decoder and missing and config.pad_token_id is not None:
+        generation.decoder_start_token_id = config.pad_token_id
+
+
+def rebuild_source(source: dict[str, Any]) -> Any:
+    """The eager model a bundle's ``generation.source`` names."""
+    if "tiny" in source:
+        model, _ = build_generation_model(source["tiny"], source.get("seed", 0), overrides=source.get("overrides"))
+        return model
+    if "checkpoint" in source:
+        model, _ = build_generation_model(source["checkpoint"], source.get("seed", 0))
+        return model
+    raise UsageProblem("the bundle records no source model to compare with (use --no-compare)")
+
+
+def make_generation_exporter(backend: str, et_backend: str = "xnnpack", optimize: bool = True,
+                             without: tuple[str, ...] = ()) -> Any:
+    if backend == "onnx":
+        from exporters.exporter_onnx import OnnxConfig, OnnxExporter
+
+        return OnnxExporter(OnnxConfig(optimize=optimize, without=frozenset(without)))
+    if backend == "executorch":
+        from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+
+        return ExecutorchExporter(ExecutorchConfig(backend=et_backend, without=frozenset(without)))
+    from exporters.exporter_dynamo import DynamoConfig, DynamoExporter
+
+    return DynamoExporter(DynamoConfig(without=frozenset(without)))
+
+
+def export_generation(model: str, backend: str, out_dir: Path, task: str | None = None, seed: int = 0,
+                      max_cache_len: int = 64, batch_size: int = 2, prompt_length: int = 8, new_tokens: int = 16,
+                      et_backend: str = "xnnpack", optimize: bool = True, without: tuple[str, ...] = (),
+                      overrides: dict[str, Any] | None = None) -> Any:
+    """Export, validate from the written files, publish: the ``export --task <generation task>`` path."""
+    from exporters.generation import GenerationExportConfig, sample_prompts
+    from exporters.generation_export import export_for_generation
+    from exporters.validation import ValidationError
+
+    built, source = build_generation_model(model, seed, task, overrides)
+    if prompt_length + new_tokens > max_cache_len:
+        raise UsageProblem(f"--sequence-length {prompt_length} + {new_tokens} new tokens exceed max_cache_len "
+                           f"{max_cache_len}")
+    inputs = sample_prompts(built, batch=batch_size, prompt_length=prompt_length, seed=seed)
+    exporter = make_generation_exporter(backend, et_backend, optimize, without)
+    export = export_for_generation(exporter, built, inputs, GenerationExportConfig(max_cache_len=max_cache_len),
+                                   new_tokens=new_tokens)
+    export.layout["source"] = source
+    with contextlib.suppress(ValidationError):  # reported by the caller from export.status / problems
+        export.save(out_dir)
+    return export
+
+
+def print_export(console: Console, model: str, backend: str, export: Any, out_dir: Path) -> None:
+    table = Table(title=f"{model} → {backend} (generation): {export.status}", title_justify="left")
+    for column in ("component", "validation", "export s", "inputs"):
+        table.add_column(column, overflow="fold")
+    for name, result in export.results.items():
+        seconds = sum(result.metadata.stage_seconds.values())
+        status = result.validation.status if result.validation else "not validated"
+        table.add_row(name, status, f"{seconds:.1f}", ", ".join(result.component.arguments[:4]) +
+                      (" …" if len(result.component.arguments) > 4 else ""))
+    console.print(table)
+    if export.check is not None:
+        console.print(f"generate vs eager: {export.check.status}: {export.check.detail}")
+    if export.status == "pass":
+        console.print(f"bundle: {out_dir}")
+    for problem in export.problems()[:5]:
+        console.print(f"[red]{problem}[/red]")
+
+
+@click.command("generate")
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--prompt-length", type=int, default=8, show_default=True, help="Tokens per prompt (row 0).")
+@click.option("--max-new-tokens", type=int, default=16, show_default=True, help="Tokens to generate per row.")
+@click.option("--batch-size", type=int, default=2, show_default=True,
+              help="Rows; row i is left-padded by i*N/3 tokens (ExecuTorch: the exported batch).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random prompts (and sampling).")
+@click.option("--sample", "do_sample", is_flag=True, help="Sample from softmax(logits/temperature) instead of greedy.")
+@click.option("--temperature", type=float, default=1.0, show_default=True, help="With --sample.")
+@click.option("--top-k", type=int, default=0, show_default=True, help="With --sample: keep the k best (0: all).")
+@click.option("--stop-at-eos/--no-stop-at-eos", default=False, show_default=True,
+              help="Stop a row at its EOS token (default: generate --max-new-tokens, as the eager check does).")
+@click.option("--compare/--no-compare", default=True, show_default=True,
+              help="Also run eager generate() on the source model and compare token for token (greedy only).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@report_errors
+def generate_command(directory: Path, prompt_length: int, max_new_tokens: int, batch_size: int, seed: int,
+                     do_sample: bool, temperature: float, top_k: int, stop_at_eos: bool, compare: bool,
+                     as_json: bool) -> None:
+    """Generate from the generation bundle in DIRECTORY, every step in the bundle's runtime.
+
+    Prompts are random token ids (speech models: random features). Prints the new tokens, decode steps/s
+    and tokens/s, and, unless --no-compare or --sample, eager generate()'s tokens for the same prompts and
+    the verdict (exit 1 on a mismatch).
+
+    \b
+    Examples:
+      exportbot export LlamaForCausalLM --task text-generation --backend onnx --out out/llama-gen
+      exportbot generate out/llama-gen --prompt-length 12 --max-new-tokens 32
+      exportbot generate out/llama-gen --sample --temperature 0.8 --top-k 20 --seed 3
+    """
+    from exporters.bundle import BundleError
+    from exporters.generation import make_prompts, sample_prompts
+    from exporters.loading import load
+
+    if prompt_length < 1 or max_new_tokens < 1 or batch_size < 1:
+        raise UsageProblem("--prompt-length, --max-new-tokens and --batch-size must be at least 1")
+    try:
+        bundle = load(directory)
+    except (BundleError, FileNotFoundError) as error:
+        raise UsageProblem(str(error)) from None
+    layout = bundle.metadata.generation
+    if not layout:
+        raise UsageProblem(f"{directory}: not a generation bundle (export it with --task text-generation)")
+    limit = layout["max_cache_len"]
+    if layout["kind"] == "decoder-only" and prompt_length + max_new_tokens > limit:
+        raise UsageProblem(f"--prompt-length {prompt_length} + --max-new-tokens {max_new_tokens} exceed the "
+                           f"bundle's max_cache_len {limit}")
+    if layout["batch"] == "static" and batch_size != layout["batch_size"]:
+        raise UsageProblem(f"{directory} was exported with a static batch of {layout['batch_size']}; "
+                           f"use --batch-size {layout['batch_size']}")
+    eager = rebuild_source(layout.get("source", {})) if compare and not do_sample else None
+    if eager is not None:
+        inputs = sample_prompts(eager, batch=batch_size, prompt_length=prompt_length, seed=seed)
+    else:
+        inputs = make_prompts(layout["kind"], layout.get("encoder_input", "input_ids"), bundle.config,
+                              layout.get("pad_token_id"), batch_size, prompt_length, seed)
+    options: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": do_sample,
+                               "temperature": temperature, "top_k": top_k, "seed": seed}
+    if not stop_at_eos:
+        options["min_new_tokens"] = max_new_tokens
+    started = time.perf_counter()
+    output = bundle.generate(**inputs, **options)
+    seconds = time.perf_counter() - started
+    result: dict[str, Any] = {
+        "directory": str(directory), "backend": bundle.metadata.backend, "model_class": bundle.metadata.model_class,
+        "prompt_lengths": [int(v) for v in inputs["attention_mask"].sum(-1)] if "attention_mask" in inputs else [],
+        "tokens": output.tokens.tolist(), "seconds": round(seconds, 4),
+        "decode_steps_per_second": round(output.decode_steps_per_second, 2),
+        "decode_tokens_per_second": round(output.decode_tokens_per_second, 2),
+    }
+    status = "pass"
+    if eager is not None:
+        from exporters.generation_check import check_generation
+
+        check = check_generation(eager, bundle, inputs, max_new_tokens=max_new_tokens)
+        result["eager_comparison"] = check.as_dict()
+        status = check.status
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        _print_generation(result)
+    if status != "pass":
+        sys.exit(EXIT_FAILED)
+
+
+def _print_generation(result: dict[str, Any]) -> None:
+    console = Console()
+    table = Table(title=f"{result['model_class']} ({result['backend']}): generate", title_justify="left")
+    table.add_column("row", justify="right")
+    table.add_column("prompt", justify="right")
+    table.add_column("new tokens", overflow="fold")
+    lengths = result["prompt_lengths"] or ["-"] * len(result["tokens"])
+    for row, (length, tokens) in enumerate(zip(lengths, result["tokens"])):
+        table.add_row(str(row), str(length), " ".join(map(str, tokens)))
+    console.print(table)
+    console.print(f"decode: {result['decode_steps_per_second']} steps/s, {result['decode_tokens_per_second']} "
+                  f"tokens/s (all rows); total {result['seconds']} s")
+    check = result.get("eager_comparison")
+    if check is not None:
+        console.print(f"eager generate(): {check['status']}: {check['detail']}")
