@@ -249,6 +249,7 @@ def list_workarounds_command(as_json: bool) -> None:
 def _register_subcommands() -> None:
     from bot.audit import audit_command
     from bot.bisect import bisect_command
+    from bot.generate_cli import generate_command
     from bot.help_examples import attach_examples
     from bot.lint import lint_command
     from bot.shrink import pr_command
@@ -261,6 +262,7 @@ def _register_subcommands() -> None:
     main.add_command(pr_command)
     main.add_command(workarounds_group)
     main.add_command(bisect_command)
+    main.add_command(generate_command)
     attach_examples(main)
 
 

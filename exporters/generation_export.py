@@ -166,6 +166,20 @@ def save_component(backend: str, result: ExportResult, path: Path) -> Path:
     return path
 
 
+def size_oblivious_tracing() -> Any:
+    """Trace with ``backed_size_oblivious``: a dynamic dim then covers size 1 too.
+
+    Without it torch.export assumes every dynamic dim is at least 2 (its 0/1 specialisation) and records
+    ranges from 2; but an encoder-decoder's first decode step has a self-attention past of exactly 1 (the
+    start token), and a one-row batch or a one-token prompt are ordinary inputs. Size-oblivious tracing
+    proves the graph for size 1 as well, so the ranges start at 1 (checked by the component validation at
+    the second shape and by the token comparison, which runs the past-1 step).
+    """
+    import torch.fx.experimental._config as fx_config
+
+    return fx_config.patch(backed_size_oblivious=True)
+
+
 def export_for_generation(
     exporter: Any,
     model: torch.nn.Module,
@@ -190,7 +204,8 @@ def export_for_generation(
     for plan in plans:
         component_config = dataclasses.replace(exporter.config, dynamic=True, dynamic_shapes=plan.dynamic_shapes)
         try:
-            result = type(exporter)(component_config).export(plan.module, plan.inputs)
+            with size_oblivious_tracing():
+                result = type(exporter)(component_config).export(plan.module, plan.inputs)
         except Exception as error:
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise GenerationExportError(

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["GenerationOutput", "eager_components", "generate", "run_generation"]
+__all__ = ["EagerGeneration", "GenerationOutput", "eager_components", "generate", "run_generation"]
 
 Component = Callable[..., Mapping[str, torch.Tensor]]
 
@@ -161,13 +161,18 @@ def generate(bundle: Any, input_ids: torch.Tensor | None = None, **kwargs: Any) 
     if not layout:
         raise TypeError(f"{bundle.directory} is not a generation bundle (export.json has no generation section); "
                         "export it with export_for_generation / `exportbot export --task text-generation`")
-    prompt_names = ("attention_mask", "input_features")
-    inputs = {name: kwargs.pop(name) for name in prompt_names if kwargs.get(name) is not None}
-    kwargs.pop("attention_mask", None)
+    components = {name: bundle.components[name] for name in layout["components"]}
+    return run_generation(components, layout, _prompt_inputs(input_ids, kwargs),
+                          own_copies=bundle.metadata.backend == "executorch", **kwargs)
+
+
+def _prompt_inputs(input_ids: torch.Tensor | None, kwargs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The prompt tensors among ``generate``'s arguments (removed from ``kwargs``, which keeps the options)."""
+    inputs = {name: kwargs.pop(name) for name in ("attention_mask", "input_features") if name in kwargs}
+    inputs = {name: value for name, value in inputs.items() if value is not None}
     if input_ids is not None:
         inputs["input_ids"] = input_ids
-    components = {name: bundle.components[name] for name in layout["components"]}
-    return run_generation(components, layout, inputs, own_copies=bundle.metadata.backend == "executorch", **kwargs)
+    return inputs
 
 
 def eager_components(plans: list[Any]) -> dict[str, Component]:
@@ -181,3 +186,20 @@ def eager_components(plans: list[Any]) -> dict[str, Component]:
         return run
 
     return {plan.name: no_grad(plan.module) for plan in plans}
+
+
+class EagerGeneration:
+    """The eager wrappers behind the same interface as a loaded bundle (``.metadata.generation``,
+    ``.generate``): the "eager with the same KV cache" baseline, and a reference for the checks."""
+
+    def __init__(self, plans: list[Any], layout: Mapping[str, Any]):
+        self.components = eager_components(plans)
+        self.metadata = _Layout(dict(layout))
+
+    def generate(self, input_ids: torch.Tensor | None = None, **kwargs: Any) -> GenerationOutput:
+        return run_generation(self.components, self.metadata.generation, _prompt_inputs(input_ids, kwargs), **kwargs)
+
+
+@dataclass
+class _Layout:
+    generation: dict[str, Any]

@@ -1,0 +1,157 @@
+"""The generation model matrix: every listed model exported for generation on each backend, by hand.
+
+Each (model, backend) runs in its own process: export both components, validate the written bundle
+(components at two shapes, ``generate()`` token for token against eager), publish it; then a second, fresh
+process runs ``exportbot generate DIR --json`` on the saved bundle (longer prompt, 20 new tokens) against a
+freshly built eager model. Eager decode speed is measured with the same KV-cache wrappers in eager PyTorch.
+A degenerate tiny model (one token forever) is retried with the next seed, up to three seeds.
+
+    nice -n 10 python scripts/generation_matrix.py --backend onnx --backend executorch \
+        --out sweeps/generation-matrix.json
+
+Costs: ONNX ~20-60 s per model, ExecuTorch (XNNPACK) 40-200 s per model on a shared 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# (class, task, config overrides). Sliding-window models get a window of 4 so the window is crossed.
+MATRIX: list[tuple[str, str, dict[str, Any]]] = [
+    ("LlamaForCausalLM", "text-generation", {}),
+    ("Qwen2ForCausalLM", "text-generation", {}),
+    ("Qwen3ForCausalLM", "text-generation", {}),
+    ("MistralForCausalLM", "text-generation", {"sliding_window": 4}),
+    ("GemmaForCausalLM", "text-generation", {}),
+    ("Gemma2ForCausalLM", "text-generation", {"sliding_window": 4}),
+    ("Gemma3ForCausalLM", "text-generation", {"sliding_window": 4}),
+    ("Phi3ForCausalLM", "text-generation", {}),
+    ("GPT2LMHeadModel", "text-generation", {}),
+    ("OPTForCausalLM", "text-generation", {}),
+    ("MixtralForCausalLM", "text-generation", {}),
+    ("Qwen2MoeForCausalLM", "text-generation", {}),
+    ("T5ForConditionalGeneration", "text2text-generation", {}),
+    ("BartForConditionalGeneration", "text2text-generation", {}),
+    ("WhisperForConditionalGeneration", "automatic-speech-recognition", {}),
+]
+SEEDS = (0, 1, 2)
+
+
+def run_one(name: str, task: str, overrides: dict[str, Any], backend: str, out: Path, seed: int) -> dict[str, Any]:
+    """Export + validate + publish in this process; returns the record (no exception escapes)."""
+    from bot.generate_cli import export_generation
+    from exporters.generation import sample_prompts
+    from exporters.generation_loop import EagerGeneration
+
+    record: dict[str, Any] = {"model": name, "backend": backend, "task": task, "seed": seed, "overrides": overrides}
+    started = time.perf_counter()
+    try:
+        export = export_generation(name, backend, out, task=task, seed=seed, overrides=overrides)
+    except Exception as error:  # an export failure is a result of the matrix, recorded with its cause
+        record.update(status="export failed", error=f"{type(error).__name__}: {str(error).strip()[:600]}")
+        record["seconds"] = round(time.perf_counter() - started, 1)
+        return record
+    record["seconds"] = round(time.perf_counter() - started, 1)
+    record["status"] = export.status
+    record["components"] = list(export.results)
+    record["component_status"] = {n: r.validation.status if r.validation else None for n, r in export.results.items()}
+    record["export_seconds"] = {n: round(sum(s for k, s in r.metadata.stage_seconds.items() if k != "validation"), 1)
+                                for n, r in export.results.items()}
+    record["workarounds_fired"] = sorted({w for r in export.results.values() for w in r.metadata.workarounds_fired})
+    record["problems"] = export.problems()[:5]
+    if export.check is not None:
+        record["check"] = {k: export.check.as_dict()[k] for k in ("status", "detail", "max_logits_diff",
+                                                                 "first_mismatch", "prompt_lengths")}
+        record["exported_decode_tokens_per_second"] = export.check.exported_decode_tokens_per_second
+    prompts = sample_prompts(export.model, batch=2, prompt_length=8, seed=seed)
+    eager = EagerGeneration(export.plans, export.layout)
+    eager.generate(**prompts, max_new_tokens=4, min_new_tokens=4)  # warm-up
+    timed = eager.generate(**prompts, max_new_tokens=16, min_new_tokens=16)
+    record["eager_decode_tokens_per_second"] = round(timed.decode_tokens_per_second, 2)
+    return record
+
+
+def fresh_process_check(out: Path) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([sys.executable, "-m", "bot.cli", "generate", str(out), "--prompt-length", "10",
+                          "--max-new-tokens", "20", "--json"], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=900)
+    if not run.stdout.strip().startswith("{"):
+        return {"status": "error", "detail": (run.stderr.strip().splitlines() or ["no output"])[-1][:400]}
+    result = json.loads(run.stdout)
+    check = result.get("eager_comparison", {})
+    return {"status": check.get("status"), "detail": check.get("detail"),
+            "decode_tokens_per_second": result.get("decode_tokens_per_second")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", action="append", choices=["dynamo", "onnx", "executorch"])
+    parser.add_argument("--model", action="append", help="only these classes")
+    parser.add_argument("--out", type=Path, default=ROOT / "sweeps" / "generation-matrix.json")
+    parser.add_argument("--one", nargs=5, metavar=("MODEL", "TASK", "OVERRIDES", "BACKEND", "SEED"),
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--bundle", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        name, task, overrides, backend, seed = args.one
+        print(json.dumps(run_one(name, task, json.loads(overrides), backend, args.bundle, int(seed))))
+        return
+    records = json.loads(args.out.read_text())["records"] if args.out.is_file() else []
+    done = {(r["model"], r["backend"]) for r in records}
+    backends = args.backend or ["onnx", "executorch"]
+    work = tempfile.mkdtemp(prefix="exportbot-generation-matrix-")
+    for backend in backends:
+        for name, task, overrides in MATRIX:
+            if (args.model and name not in args.model) or (name, backend) in done:
+                continue
+            for seed in SEEDS:
+                bundle = Path(work) / f"{name}-{backend}-{seed}"
+                record = _subprocess_record(name, task, overrides, backend, bundle, seed)
+                if record.get("check", {}).get("status") != "inconclusive":
+                    break
+            if record.get("status") == "pass":
+                record["fresh_process"] = fresh_process_check(bundle)
+            records.append(record)
+            _write(args.out, records)
+            print(f"{name} {backend}: {record.get('status')} {record.get('check', {}).get('detail', '')}"
+                  f" {record.get('error', '')}", flush=True)
+
+
+def _subprocess_record(name: str, task: str, overrides: dict[str, Any], backend: str, bundle: Path,
+                       seed: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, str(Path(__file__).resolve()), "--one", name, task, json.dumps(overrides), backend,
+               str(seed), "--bundle", str(bundle)]
+    try:
+        run = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
+    except subprocess.TimeoutExpired:
+        return {"model": name, "backend": backend, "seed": seed, "status": "timeout", "error": "over 1800 s"}
+    lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"model": name, "backend": backend, "seed": seed, "status": "crashed",
+                "error": f"exit {run.returncode}: {tail[:400]}"}
+    return json.loads(lines[-1])
+
+
+def _write(path: Path, records: list[dict[str, Any]]) -> None:
+    import importlib.metadata
+
+    versions = {p: importlib.metadata.version(p) for p in ("torch", "transformers", "onnxruntime", "executorch")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"versions": versions, "records": records}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""Generation exports: one tiny Llama exported once per session (ONNX), loaded back, generated from.
+
+The full model matrix (every decoder-only and encoder-decoder model, ONNX and ExecuTorch) is the slow
+script ``scripts/generation_matrix.py``; its committed results are sweeps/generation-matrix.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from exporters.generation import GenerationExportConfig, plan_components, sample_prompts
+from exporters.generation_check import check_generation
+from exporters.generation_loop import EagerGeneration, run_generation
+from exporters.tiny import build_tiny
+
+ROOT = Path(__file__).resolve().parent.parent
+NAME = "LlamaForCausalLM"
+
+
+@pytest.fixture(scope="session")
+def llama_bundle(tmp_path_factory):
+    """The tiny Llama's generation bundle (ONNX), written and validated once; (directory, export, prompts)."""
+    from bot.generate_cli import export_generation
+
+    out = tmp_path_factory.mktemp("generation") / "llama-onnx"
+    export = export_generation(NAME, "onnx", out, task="text-generation")
+    model = export.model
+    return out, export, sample_prompts(model, batch=2, prompt_length=8)
+
+
+def test_bundle_holds_both_components_and_the_cache_layout(llama_bundle):
+    out, export, _ = llama_bundle
+    assert export.status == "pass", export.problems()
+    manifest = json.loads((out / "export.json").read_text())
+    assert set(manifest["components"]) == {"prefill", "decode"}
+    assert (out / "prefill.onnx").is_file() and (out / "decode.onnx").is_file()
+    layout = manifest["generation"]
+    assert layout["kind"] == "decoder-only" and layout["cache"] == "dynamic"
+    assert layout["self_attention"]["shape"][0] == "batch" and layout["layers"] == 2
+    decode_inputs = [spec["name"] for spec in manifest["components"]["decode"]["inputs"]]
+    assert decode_inputs[:2] == ["input_ids", "attention_mask"]
+    assert {"past_key_0", "past_value_1"} <= set(decode_inputs)
+    # Both components validated from the written files at two shapes, none nondeterministic.
+    for name in ("prefill", "decode"):
+        validation = manifest["components"][name]["validation"]
+        assert validation["status"] == "pass"
+        assert [s["label"] for s in validation["shapes"]] == ["sample shape", "second shape"]
+    check = layout["validation"]
+    assert check["status"] == "pass" and check["new_tokens"] == 16
+    assert check["prompt_lengths"][0] != check["prompt_lengths"][1]
+    assert check["eager_tokens"] == check["exported_tokens"]
+
+
+def test_generate_in_a_fresh_process_matches_eager(llama_bundle):
+    out, _, _ = llama_bundle
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "generate", str(out), "--prompt-length", "11", "--max-new-tokens", "20",
+         "--json"], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout)
+    check = result["eager_comparison"]
+    assert check["status"] == "pass", check["detail"]
+    assert len(result["tokens"]) == 2 and all(len(row) == 20 for row in result["tokens"])
+    assert result["prompt_lengths"] == [11, 8]
+    assert result["decode_tokens_per_second"] > 0
+
+
+def test_a_different_model_is_a_mismatch_at_the_first_differing_step(llama_bundle):
+    out, _, prompts = llama_bundle
+    from exporters.loading import load
+
+    other = build_tiny(NAME, seed=1).model
+    check = check_generation(other, load(out), prompts, max_new_tokens=16)
+    assert check.status == "mismatch"
+    assert check.first_mismatch == {"step": 0, "row": 0}
+    assert "step 0, row 0" in check.detail
+
+
+def test_eos_stops_rows_and_pads_them(llama_bundle):
+    out, _, prompts = llama_bundle
+    from exporters.loading import load
+
+    bundle = load(out)
+    free = bundle.generate(**prompts, max_new_tokens=6)
+    eos = int(free.tokens[0, 1])  # row 0's second token becomes EOS: row 0 stops after step 1
+    stopped = bundle.generate(**prompts, max_new_tokens=6, eos_token_id=eos, pad_token_id=0)
+    assert stopped.tokens[0, 1] == eos
+    assert (stopped.tokens[0, 2:] == 0).all()
+    row1 = free.tokens[1].tolist()
+    expected_row1 = row1[: row1.index(eos) + 1] if eos in row1 else row1
+    assert stopped.tokens[1, : len(expected_row1)].tolist() == expected_row1
+
+
+def test_sampling_is_seeded(llama_bundle):
+    out, _, prompts = llama_bundle
+    from exporters.loading import load
+
+    bundle = load(out)
+    first = bundle.generate(**prompts, max_new_tokens=8, do_sample=True, seed=3, top_k=50)
+    again = bundle.generate(**prompts, max_new_tokens=8, do_sample=True, seed=3, top_k=50)
+    other = bundle.generate(**prompts, max_new_tokens=8, do_sample=True, seed=4, top_k=50)
+    assert torch.equal(first.tokens, again.tokens)
+    assert not torch.equal(first.tokens, other.tokens)
+
+
+def test_a_constant_greedy_path_is_inconclusive():
+    model = build_tiny(NAME).model
+    with torch.no_grad():
+        model.lm_head.weight.zero_()  # every logit 0: argmax is token 0 forever, for every row
+    prompts = sample_prompts(model)
+    plans = plan_components(model, prompts, GenerationExportConfig(), "onnx")
+    from exporters.generation import cache_layout
+
+    reference = EagerGeneration(plans, cache_layout(model, plans, GenerationExportConfig(), "onnx"))
+    check = check_generation(model, reference, prompts, max_new_tokens=16)
+    assert check.status == "inconclusive"
+    assert "degenerate" in check.detail
+
+
+def test_eager_components_reproduce_eager_generate():
+    """The wrappers' loop is transformers' greedy loop: the eager baseline of the benchmarks is the same."""
+    model = build_tiny(NAME, seed=2).model
+    prompts = sample_prompts(model, prompt_length=9, seed=2)
+    config = GenerationExportConfig()
+    plans = plan_components(model, prompts, config, "onnx")
+    from exporters.generation import cache_layout
+
+    layout = cache_layout(model, plans, config, "onnx")
+    check = check_generation(model, EagerGeneration(plans, layout), prompts, max_new_tokens=16)
+    assert check.status == "pass", check.detail
+    output = run_generation({p.name: p.module for p in plans}, layout, prompts, max_new_tokens=3)
+    assert output.tokens.shape == (2, 3) and output.decode_steps == 2
+
+
+def test_generate_refuses_a_non_generation_bundle_in_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([sys.executable, "-m", "bot.cli", "generate", str(tmp_path / "missing")],
+                         capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert run.returncode == 2
+    assert "Traceback" not in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
