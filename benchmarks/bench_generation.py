@@ -100,22 +100,19 @@ def theirs_onnx_decode(directory: Path, model: torch.nn.Module, prompts: dict[st
                  min_new_tokens: int = 0) -> Any:
         mask = attention_mask
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-        feed = {"input_ids": input_ids, "attention_mask": mask, "position_ids": positions,
-                "cache_position": torch.arange(input_ids.shape[1])}
-        out = run("prefill", feed)
+        out = run("prefill", {"input_ids": input_ids, "attention_mask": mask, "position_ids": positions})
         decode_seconds, tokens = 0.0, []
         for step in range(max_new_tokens):
-            logits = torch.from_numpy(out[outputs["prefill" if step == 0 else "decode"][0]])
+            logits = torch.from_numpy(out["logits"])
             token = logits[:, -1].argmax(-1, keepdim=True)
             tokens.append(token)
             if step == max_new_tokens - 1:
                 break
             mask = torch.cat([mask, torch.ones_like(token)], dim=1)
-            past = {k.replace("present", "past_key_values"): torch.from_numpy(v) for k, v in out.items()
-                    if k.startswith("present")}
-            length = mask.shape[1]
-            feed = {"input_ids": token, "attention_mask": mask, "position_ids": positions[:, -1:] + step + 1,
-                    "cache_position": torch.tensor([length - 1]), **past}
+            # their prefill returns ``past_key_values.layers.i.keys``, decode ``output.past_key_values…``;
+            # decode takes ``input.past_key_values…``
+            past = {"input." + k.removeprefix("output."): v for k, v in out.items() if "past_key_values" in k}
+            feed = {"input_ids": token, "attention_mask": mask, "position_ids": positions[:, -1:] + step + 1, **past}
             started = time.perf_counter()
             out = run("decode", feed)
             decode_seconds += time.perf_counter() - started

@@ -204,6 +204,7 @@ class ComponentPlan:
     inputs: dict[str, torch.Tensor]
     dynamic_shapes: dict[str, Any]
     second_inputs: dict[str, torch.Tensor] | None = None
+    past_of_one: bool = False  # runs with a past of length 1: traced size-oblivious (generation_export)
 
 
 def _encoder_input(model: torch.nn.Module, inputs: Mapping[str, Any]) -> str:
@@ -344,7 +345,7 @@ def _plan_encoder_decoder(model: torch.nn.Module, inputs: dict[str, Any], batch:
     decode_spec.update(_cache_spec([n for n in step if n.startswith("past_cross")], batch, encoder_sequence))
     return [
         ComponentPlan("prefill", prefill, prompt, prefill_spec, second),
-        ComponentPlan("decode", decode, step, decode_spec, decode_inputs(second)),
+        ComponentPlan("decode", decode, step, decode_spec, decode_inputs(second), past_of_one=True),
     ]
 
 

@@ -72,9 +72,16 @@ def eager_generate(model: torch.nn.Module, layout: dict[str, Any], inputs: dict[
     from transformers import GenerationMixin
 
     kwargs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "input_features")}
+    plain = _plain_config(model, layout, new_tokens)
+    # generate() fills fields a passed config leaves unset from the model's own generation config (BART's
+    # forced_eos_token_id, Whisper's suppress_tokens): the model's config is swapped out for the call.
+    own, model.generation_config = model.generation_config, plain
     started = time.perf_counter()
-    with torch.no_grad():
-        out = GenerationMixin.generate(model, **kwargs, generation_config=_plain_config(model, layout, new_tokens))
+    try:
+        with torch.no_grad():
+            out = GenerationMixin.generate(model, **kwargs, generation_config=plain)
+    finally:
+        model.generation_config = own
     seconds = time.perf_counter() - started
     sequences = out.sequences
     skip = inputs["input_ids"].shape[1] if layout["kind"] == "decoder-only" else 1  # prompt / decoder start

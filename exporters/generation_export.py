@@ -13,6 +13,7 @@ shapes, then ``generate()`` runs on the loaded bundle and is compared token for 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,13 +168,13 @@ def save_component(backend: str, result: ExportResult, path: Path) -> Path:
 
 
 def size_oblivious_tracing() -> Any:
-    """Trace with ``backed_size_oblivious``: a dynamic dim then covers size 1 too.
+    """Trace with ``backed_size_oblivious``: a ``Dim.AUTO`` dim then covers size 1 too.
 
-    Without it torch.export assumes every dynamic dim is at least 2 (its 0/1 specialisation) and records
-    ranges from 2; but an encoder-decoder's first decode step has a self-attention past of exactly 1 (the
-    start token), and a one-row batch or a one-token prompt are ordinary inputs. Size-oblivious tracing
-    proves the graph for size 1 as well, so the ranges start at 1 (checked by the component validation at
-    the second shape and by the token comparison, which runs the past-1 step).
+    Without it torch.export assumes a dynamic dim is at least 2 (its 0/1 specialisation) and records its
+    range from 2; an encoder-decoder's first decode step has a self-attention past of exactly 1 (the start
+    token). Size-oblivious tracing proves the graph for size 1 as well (the token comparison runs that
+    step). Only decode components that meet a past of 1 use it: on a decoder-only prefill it turns Llama's
+    ``batch != 1`` mask shortcut into a guard that the named batch dim (min 1) violates.
     """
     import torch.fx.experimental._config as fx_config
 
@@ -204,7 +205,7 @@ def export_for_generation(
     for plan in plans:
         component_config = dataclasses.replace(exporter.config, dynamic=True, dynamic_shapes=plan.dynamic_shapes)
         try:
-            with size_oblivious_tracing():
+            with size_oblivious_tracing() if plan.past_of_one else contextlib.nullcontext():
                 result = type(exporter)(component_config).export(plan.module, plan.inputs)
         except Exception as error:
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
