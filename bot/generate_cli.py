@@ -30,6 +30,14 @@ GENERATION_TASKS = {
 }
 
 
+class LedgerSkip(Exception):
+    """An EXPORT_SKIPS entry gates this generation export."""
+
+    def __init__(self, entry: Any):
+        super().__init__(f"skipped by ledger entry {entry.id!r}: {entry.reason}")
+        self.entry = entry
+
+
 def build_generation_model(model: str, seed: int, task: str | None = None,
                            overrides: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """The eager model for a generation export and the ``source`` record that rebuilds it later."""
@@ -97,13 +105,23 @@ def make_generation_exporter(backend: str, et_backend: str = "xnnpack", optimize
 def export_generation(model: str, backend: str, out_dir: Path, task: str | None = None, seed: int = 0,
                       max_cache_len: int = 64, batch_size: int = 2, prompt_length: int = 8, new_tokens: int = 16,
                       et_backend: str = "xnnpack", optimize: bool = True, without: tuple[str, ...] = (),
-                      overrides: dict[str, Any] | None = None) -> Any:
-    """Export, validate from the written files, publish: the ``export --task <generation task>`` path."""
+                      overrides: dict[str, Any] | None = None, ignore_ledger: bool = False) -> Any:
+    """Export, validate from the written files, publish: the ``export --task <generation task>`` path.
+
+    Raises ``LedgerSkip`` when an EXPORT_SKIPS entry gates this class's generation export on ``backend``
+    (scopes ``all``, ``dynamic``, ``generate``), unless ``ignore_ledger``.
+    """
     from exporters.generation import GenerationExportConfig, sample_prompts
     from exporters.generation_export import export_for_generation
     from exporters.validation import ValidationError
 
     built, source = build_generation_model(model, seed, task, overrides)
+    if not ignore_ledger:
+        from exporters.ledger import load_ledger
+
+        entry = load_ledger().skip(type(built).__name__, backend, dynamic=True, generate=True)
+        if entry is not None:
+            raise LedgerSkip(entry)
     if prompt_length + new_tokens > max_cache_len:
         raise UsageProblem(f"--sequence-length {prompt_length} + {new_tokens} new tokens exceed max_cache_len "
                            f"{max_cache_len}")
@@ -115,6 +133,29 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
     with contextlib.suppress(ValidationError):  # reported by the caller from export.status / problems
         export.save(out_dir)
     return export
+
+
+def export_generation_command(model: str, backend: str, task: str, out_dir: Path | None, seed: int = 0,
+                              batch_size: int = 2, sequence_length: int = 8, max_sequence: int | None = None,
+                              et_backend: str | None = None, no_optimize: bool = False,
+                              without: tuple[str, ...] = (), ignore_ledger: bool = False) -> None:
+    """``exportbot export MODEL --task <generation task>``: the bundle, its table, exit 1 unless it passed."""
+    out_dir = out_dir or Path("out") / f"{Path(model).name}-{backend}-generation"
+    console = Console(stderr=True)
+    try:
+        with console.status(f"{model}: exporting prefill and decode with {backend}, then validating"):
+            export = export_generation(model, backend, out_dir, task=task, seed=seed, batch_size=batch_size,
+                                       prompt_length=sequence_length, max_cache_len=max_sequence or 64,
+                                       et_backend=et_backend or "xnnpack", optimize=not no_optimize,
+                                       without=without, ignore_ledger=ignore_ledger)
+    except LedgerSkip as skip:
+        click.echo(f"{model}: {skip}\nUse --ignore-ledger to try the export anyway.")
+        sys.exit(EXIT_FAILED)
+    print_export(Console(), model, backend, export, out_dir)
+    if export.status != "pass":
+        click.echo(f"{model}: generation export {export.status}: {(export.problems() or ['not validated'])[0]}"
+                   " (nothing written)", err=True)
+        sys.exit(EXIT_FAILED)
 
 
 def print_export(console: Console, model: str, backend: str, export: Any, out_dir: Path) -> None:

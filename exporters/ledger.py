@@ -58,7 +58,7 @@ LIST_FILES: dict[str, str] = {
     "EXPORT_SKIPS": "export_skips.toml",
 }
 BACKENDS = ("onnx", "executorch", "dynamo")
-SCOPES = ("all", "dynamic", "static")
+SCOPES = ("all", "dynamic", "static", "generate")  # generate: only generation exports (docs/generation.md)
 # Schema order: also the order in which add_entry writes keys.
 _KEYS = (
     "id", "models", "backend", "scope", "upstream", "dependency", "reason", "model_change", "failure", "added",
@@ -176,18 +176,16 @@ class LedgerEntry:
         """The line naming ``model_class``, so a message about one class points at it, not the header."""
         return dict(zip(self.models, self.model_lines, strict=False)).get(model_class, self.line)
 
-    def applies_to(self, model_class: str | type, backend: str, dynamic: bool) -> bool:
+    def applies_to(self, model_class: str | type, backend: str, dynamic: bool, generate: bool = False) -> bool:
         """Whether this entry gates ``model_class`` exported by ``backend`` with/without dynamic shapes.
 
         A ``dynamo`` entry covers every backend: torch.export runs under each exporter, so a class that
-        cannot pass it cannot reach ONNX or ExecuTorch either.
+        cannot pass it cannot reach ONNX or ExecuTorch either. A generation export (``generate``) has dynamic
+        shapes, so ``all``, ``dynamic`` and ``generate`` entries gate it; ``generate`` entries gate nothing else.
         """
         name = model_class if isinstance(model_class, str) else model_class.__name__
-        return (
-            name in self.models
-            and self.backend in (backend, "dynamo")
-            and self.scope in ("all", "dynamic" if dynamic else "static")
-        )
+        scopes = ("all", "dynamic", "generate") if generate else ("all", "dynamic" if dynamic else "static")
+        return name in self.models and self.backend in (backend, "dynamo") and self.scope in scopes
 
     def modes(self) -> list[bool]:
         """The shape modes (``dynamic`` flags) a re-run of this entry exports in."""
@@ -208,14 +206,14 @@ class Ledger:
         raise KeyError(entry_id)
 
     def gate(
-        self, model_class: str | type, backend: str, dynamic: bool, list_name: str
+        self, model_class: str | type, backend: str, dynamic: bool, list_name: str, generate: bool = False
     ) -> LedgerEntry | None:
         """The first entry of ``list_name`` that applies to this export, or None to export normally."""
         return next(
             (
                 e
                 for e in self.entries
-                if e.list_name == list_name and e.applies_to(model_class, backend, dynamic)
+                if e.list_name == list_name and e.applies_to(model_class, backend, dynamic, generate)
             ),
             None,
         )
@@ -224,9 +222,9 @@ class Ledger:
         """The entry turning the onnxscript optimizer off for this class, if any."""
         return self.gate(model_class, "onnx", dynamic, "ONNX_DISABLE_OPTIMIZE")
 
-    def skip(self, model_class: str | type, backend: str, dynamic: bool) -> LedgerEntry | None:
-        """The entry saying this class cannot be exported this way, if any."""
-        return self.gate(model_class, backend, dynamic, "EXPORT_SKIPS")
+    def skip(self, model_class: str | type, backend: str, dynamic: bool, generate: bool = False) -> LedgerEntry | None:
+        """The entry saying this class cannot be exported this way (``generate``: for generation), if any."""
+        return self.gate(model_class, backend, dynamic, "EXPORT_SKIPS", generate)
 
     def by_class(self, list_name: str) -> dict[str, list[LedgerEntry]]:
         """Class name → entries of ``list_name`` naming it, in file order."""

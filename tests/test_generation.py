@@ -147,3 +147,29 @@ def test_generate_refuses_a_non_generation_bundle_in_one_line(tmp_path):
     assert run.returncode == 2
     assert "Traceback" not in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
+
+
+GENERATE_SKIP = """\
+[[entry]]
+id = "llama-generate-onnx"
+models = ["LlamaForCausalLM"]
+backend = "onnx"
+scope = "generate"
+dependency = "onnxruntime"
+reason = "decode step fails in the runtime"
+model_change = "none: a runtime bug"
+failure = "Fail"
+added = 2026-12-01
+"""
+
+
+def test_a_generate_scope_entry_gates_only_generation_exports(tmp_path):
+    from exporters.ledger import load_ledger
+
+    (tmp_path / "onnx_disable_optimize.toml").write_text("")
+    (tmp_path / "export_skips.toml").write_text(GENERATE_SKIP)
+    ledger = load_ledger(tmp_path)
+    assert ledger.skip("LlamaForCausalLM", "onnx", True, generate=True).id == "llama-generate-onnx"
+    assert ledger.skip("LlamaForCausalLM", "onnx", True) is None
+    assert ledger.skip("LlamaForCausalLM", "onnx", False) is None
+    assert ledger.skip("LlamaForCausalLM", "executorch", True, generate=True) is None
