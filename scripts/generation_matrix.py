@@ -97,7 +97,7 @@ def fresh_process_check(out: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", action="append", choices=["dynamo", "onnx", "executorch"])
-    parser.add_argument("--model", action="append", help="only these classes")
+    parser.add_argument("--model", action="append", help="only these classes, in this order")
     parser.add_argument("--out", type=Path, default=ROOT / "sweeps" / "generation-matrix.json")
     parser.add_argument("--one", nargs=5, metavar=("MODEL", "TASK", "OVERRIDES", "BACKEND", "SEED"),
                         help=argparse.SUPPRESS)
@@ -111,9 +111,11 @@ def main() -> None:
     done = {(r["model"], r["backend"]) for r in records}
     backends = args.backend or ["onnx", "executorch"]
     work = tempfile.mkdtemp(prefix="exportbot-generation-matrix-")
+    # --model, in the order given (the most telling models first when the machine is busy)
+    selected = [entry for name in args.model for entry in MATRIX if entry[0] == name] if args.model else MATRIX
     for backend in backends:
-        for name, task, overrides in MATRIX:
-            if (args.model and name not in args.model) or (name, backend) in done:
+        for name, task, overrides in selected:
+            if (name, backend) in done:
                 continue
             for seed in SEEDS:
                 bundle = Path(work) / f"{name}-{backend}-{seed}"
