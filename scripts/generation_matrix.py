@@ -83,7 +83,7 @@ def run_one(name: str, task: str, overrides: dict[str, Any], backend: str, out: 
 
 def fresh_process_check(out: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    run = subprocess.run([sys.executable, "-m", "bot.cli", "generate", str(out), "--prompt-length", "10",
+    run = subprocess.run([sys.executable, "-m", "bot", "generate", str(out), "--prompt-length", "10",
                           "--max-new-tokens", "20", "--json"], capture_output=True, text=True, env=env, cwd=ROOT,
                          timeout=900)
     if not run.stdout.strip().startswith("{"):
@@ -102,7 +102,12 @@ def main() -> None:
     parser.add_argument("--one", nargs=5, metavar=("MODEL", "TASK", "OVERRIDES", "BACKEND", "SEED"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--bundle", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--recheck-fresh", action="store_true",
+                        help="re-run the fresh-process check of passing records whose check did not run")
     args = parser.parse_args()
+    if args.recheck_fresh:
+        recheck_fresh(args.out)
+        return
     if args.one:
         name, task, overrides, backend, seed = args.one
         print(json.dumps(run_one(name, task, json.loads(overrides), backend, args.bundle, int(seed))))
@@ -128,6 +133,20 @@ def main() -> None:
             _write(args.out, records)
             print(f"{name} {backend}: {record.get('status')} {record.get('check', {}).get('detail', '')}"
                   f" {record.get('error', '')}", flush=True)
+
+
+def recheck_fresh(path: Path) -> None:
+    """The fresh-process check for passing records whose check errored, on their bundles (still in /tmp)."""
+    data = json.loads(path.read_text())
+    for record in data["records"]:
+        if record.get("status") != "pass" or record.get("fresh_process", {}).get("status") in ("pass", "mismatch"):
+            continue
+        name = f"{record['model']}-{record['backend']}-{record['seed']}"
+        bundles = sorted(Path(tempfile.gettempdir()).glob(f"exportbot-generation-matrix-*/{name}"))
+        if bundles:
+            record["fresh_process"] = fresh_process_check(bundles[-1])
+            print(name, record["fresh_process"], flush=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
 
 
 def _subprocess_record(name: str, task: str, overrides: dict[str, Any], backend: str, bundle: Path,

@@ -62,7 +62,7 @@ def test_generate_in_a_fresh_process_matches_eager(llama_bundle):
     out, _, _ = llama_bundle
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     run = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "generate", str(out), "--prompt-length", "11", "--max-new-tokens", "20",
+        [sys.executable, "-m", "bot", "generate", str(out), "--prompt-length", "11", "--max-new-tokens", "20",
          "--json"], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(run.stdout)
@@ -142,7 +142,7 @@ def test_eager_components_reproduce_eager_generate():
 
 def test_generate_refuses_a_non_generation_bundle_in_one_line(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    run = subprocess.run([sys.executable, "-m", "bot.cli", "generate", str(tmp_path / "missing")],
+    run = subprocess.run([sys.executable, "-m", "bot", "generate", str(tmp_path / "missing")],
                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     assert run.returncode == 2
     assert "Traceback" not in run.stderr
