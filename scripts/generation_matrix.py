@@ -104,7 +104,13 @@ def main() -> None:
     parser.add_argument("--bundle", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--recheck-fresh", action="store_true",
                         help="re-run the fresh-process check of passing records whose check did not run")
+    parser.add_argument("--markdown", nargs="+", type=Path, metavar="JSON",
+                        help="print the table of these result files (model / backend / components / tokens equal / "
+                             "decode tokens/s vs eager) and exit")
     args = parser.parse_args()
+    if args.markdown:
+        print(markdown_table([r for path in args.markdown for r in json.loads(path.read_text())["records"]]))
+        return
     if args.recheck_fresh:
         recheck_fresh(args.out)
         return
@@ -133,6 +139,28 @@ def main() -> None:
             _write(args.out, records)
             print(f"{name} {backend}: {record.get('status')} {record.get('check', {}).get('detail', '')}"
                   f" {record.get('error', '')}", flush=True)
+
+
+def markdown_table(records: list[dict[str, Any]]) -> str:
+    """One row per (model, backend): components, verdicts, decode speed against eager with the same cache."""
+    order = {name: i for i, (name, _, _) in enumerate(MATRIX)}
+    rows = ["| model | backend | components | validated | tokens equal (export / fresh process) | seed "
+            "| decode tok/s | eager tok/s | vs eager |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(records, key=lambda r: (order.get(r["model"], 99), r["backend"])):
+        check = r.get("check", {})
+        fresh = r.get("fresh_process", {})
+        equal = {"pass": "yes", "mismatch": "no", "inconclusive": "inconclusive"}
+        exported, eager = r.get("exported_decode_tokens_per_second"), r.get("eager_decode_tokens_per_second")
+        ratio = f"{exported / eager:.1f}x" if exported and eager else "—"
+        verdict = r.get("status", "")
+        if r.get("error"):
+            verdict += f": {r['error'][:120]}"
+        rows.append(
+            f"| {r['model']} | {r['backend']} | {', '.join(r.get('components', [])) or '—'} | {verdict} | "
+            f"{equal.get(check.get('status'), '—')} / {equal.get(fresh.get('status'), fresh.get('status') or '—')} | "
+            f"{r.get('seed', '')} | {exported if exported is not None else '—'} | "
+            f"{eager if eager is not None else '—'} | {ratio} |")
+    return "\n".join(rows)
 
 
 def recheck_fresh(path: Path) -> None:
