@@ -71,19 +71,25 @@ def run_one(name: str, task: str, overrides: dict[str, Any], backend: str, out: 
         record["check"] = {k: export.check.as_dict()[k] for k in ("status", "detail", "max_logits_diff",
                                                                  "first_mismatch", "prompt_lengths")}
     if export.status == "pass":
-        record.update(decode_speeds(export, out, seed))
+        record.update(decode_speeds(out, seed))
     return record
 
 
-def decode_speeds(export: Any, out: Path, seed: int) -> dict[str, float]:
-    """Decode tokens/s of the saved bundle and of eager with the same cache wrappers, interleaved (best of 3
-    each, after a warm-up), so that both see the same machine load."""
-    from exporters.generation import sample_prompts
+def decode_speeds(out: Path, seed: int) -> dict[str, float]:
+    """Decode tokens/s of the saved bundle and of eager with the same cache wrappers (the model rebuilt from
+    the bundle's source), interleaved, best of 3 each after a warm-up, so both see the same machine load."""
+    from bot.generate_cli import rebuild_source
+    from exporters.generation import GenerationExportConfig, plan_components, sample_prompts
     from exporters.generation_loop import EagerGeneration
     from exporters.loading import load
 
-    prompts = sample_prompts(export.model, batch=2, prompt_length=8, seed=seed)
-    sides = {"exported": load(out), "eager": EagerGeneration(export.plans, export.layout)}
+    bundle = load(out)
+    layout = bundle.metadata.generation
+    model = rebuild_source(layout["source"])
+    prompts = sample_prompts(model, batch=2, prompt_length=8, seed=seed)
+    plans = plan_components(model, prompts, GenerationExportConfig(max_cache_len=layout["max_cache_len"]),
+                            bundle.metadata.backend)
+    sides = {"exported": bundle, "eager": EagerGeneration(plans, layout)}
     best = dict.fromkeys(sides, 0.0)
     for side in sides.values():
         side.generate(**prompts, max_new_tokens=4, min_new_tokens=4)
@@ -92,7 +98,7 @@ def decode_speeds(export: Any, out: Path, seed: int) -> dict[str, float]:
             timed = side.generate(**prompts, max_new_tokens=16, min_new_tokens=16)
             best[name] = max(best[name], timed.decode_tokens_per_second)
     return {"exported_decode_tokens_per_second": round(best["exported"], 1),
-            "eager_decode_tokens_per_second": round(best["eager"], 1)}
+            "eager_decode_tokens_per_second": round(best["eager"], 1), "speeds": "interleaved, best of 3"}
 
 
 def fresh_process_check(out: Path) -> dict[str, Any]:
@@ -187,6 +193,8 @@ def recheck_fresh(path: Path) -> None:
         bundles = sorted(Path(tempfile.gettempdir()).glob(f"exportbot-generation-matrix-*/{name}"))
         if bundles:
             record["fresh_process"] = fresh_process_check(bundles[-1])
+            if "speeds" not in record:
+                record.update(decode_speeds(bundles[-1], record["seed"]))
             print(name, record["fresh_process"], flush=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
 
