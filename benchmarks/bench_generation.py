@@ -73,7 +73,7 @@ def theirs_export(model: torch.nn.Module, prompts: dict[str, torch.Tensor], back
     try:
         exported = AutoHfExporter.from_config(config).export_for_generation(model, dict(prompts), config)
     except Exception as error:
-        return {"error": f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300]}"}
+        return {"error": _causes(error), "seconds_until_error": round(time.perf_counter() - started, 1)}
     seconds = time.perf_counter() - started
     out = work / f"theirs-{backend}"
     exported.save_pretrained(out)
@@ -125,6 +125,16 @@ def theirs_onnx_decode(directory: Path, model: torch.nn.Module, prompts: dict[st
         return {"error": f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300]}",
                 "inputs": names, "outputs": {k: v[:6] for k, v in outputs.items()}}
     return {"decode_tokens_per_second": round(speed, 1), "tokens": tokens}
+
+
+def _causes(error: BaseException) -> str:
+    """The first line of an error and of each error it was raised from (wrappers hide the real cause)."""
+    lines = []
+    while error is not None and len(lines) < 4:
+        text = (str(error).strip().splitlines() or [""])[0][:300]
+        lines.append(f"{type(error).__name__}: {text}")
+        error = error.__cause__ or error.__context__
+    return " <- ".join(lines)
 
 
 class _Timed:
