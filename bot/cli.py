@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bot.errors import EXIT_FAILED, ExportbotGroup, SuggestingChoice, UsageProblem, report_errors
+from bot.generate_cli import GENERATION_TASKS, export_generation_command
 from bot.runner import BACKENDS, PASS, SKIPPED, ExportRequest, export_one
 from exporters.export_options import DTYPES, TASKS
 
@@ -123,6 +124,12 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
       exportbot export LlamaModel --dynamic-dim input_ids:1:2:32 --dynamic-dim attention_mask:1:2:32
     """
     from bot.export_checks import check_request, publish, staging_dir
+
+    if task in GENERATION_TASKS:  # prefill + decode with a KV cache: bot/generate_cli.py
+        return export_generation_command(model, backend, task, out_dir, seed=seed, batch_size=batch_size,
+                                         sequence_length=sequence_length, max_sequence=max_sequence,
+                                         et_backend=et_backend, no_optimize=no_optimize, without=without,
+                                         ignore_ledger=ignore_ledger)
 
     out_dir = out_dir or Path("out") / f"{Path(model).name}-{backend}-{'dynamic' if dynamic else 'static'}"
     options = check_request(

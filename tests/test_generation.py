@@ -173,3 +173,17 @@ def test_a_generate_scope_entry_gates_only_generation_exports(tmp_path):
     assert ledger.skip("LlamaForCausalLM", "onnx", True) is None
     assert ledger.skip("LlamaForCausalLM", "onnx", False) is None
     assert ledger.skip("LlamaForCausalLM", "executorch", True, generate=True) is None
+
+
+@pytest.mark.parametrize(("model", "task", "says"), [
+    ("BertModel", "text-generation", "no generation head"),
+    ("LlamaForCausalLM", "text2text-generation", "needs an encoder-decoder model"),
+])
+def test_export_task_refuses_a_model_that_cannot_do_it(model, task, says, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([sys.executable, "-m", "bot", "export", model, "--task", task, "--backend", "onnx",
+                          "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=ROOT)
+    assert run.returncode == 2, run.stderr[-1000:]
+    assert says in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "out").exists()
