@@ -129,7 +129,11 @@ def main() -> None:
                              "decode tokens/s vs eager) and exit")
     args = parser.parse_args()
     if args.markdown:
-        print(markdown_table([r for path in args.markdown for r in json.loads(path.read_text())["records"]]))
+        records = []
+        for path in args.markdown:
+            fresh = json.loads(fresh_path(path).read_text()) if fresh_path(path).is_file() else {}
+            records += [r | fresh.get(f"{r['model']}|{r['backend']}", {}) for r in json.loads(path.read_text())["records"]]
+        print(markdown_table(records))
         return
     if args.recheck_fresh:
         recheck_fresh(args.out)
@@ -183,20 +187,27 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def fresh_path(path: Path) -> Path:
+    return path.with_name(path.stem + "-fresh.json")
+
+
 def recheck_fresh(path: Path) -> None:
-    """The fresh-process check for passing records whose check errored, on their bundles (still in /tmp)."""
-    data = json.loads(path.read_text())
-    for record in data["records"]:
-        if record.get("status") != "pass" or record.get("fresh_process", {}).get("status") in ("pass", "mismatch"):
+    """The fresh-process check and interleaved speeds of every passing record of ``path`` not yet rechecked,
+    on its bundle (still in /tmp); written beside it (``-fresh.json``), so a running matrix can keep writing."""
+    records = json.loads(path.read_text())["records"]
+    target = fresh_path(path)
+    done = json.loads(target.read_text()) if target.is_file() else {}
+    for record in records:
+        key = f"{record['model']}|{record['backend']}"
+        if record.get("status") != "pass" or key in done:
             continue
         name = f"{record['model']}-{record['backend']}-{record['seed']}"
         bundles = sorted(Path(tempfile.gettempdir()).glob(f"exportbot-generation-matrix-*/{name}"))
-        if bundles:
-            record["fresh_process"] = fresh_process_check(bundles[-1])
-            if "speeds" not in record:
-                record.update(decode_speeds(bundles[-1], record["seed"]))
-            print(name, record["fresh_process"], flush=True)
-    path.write_text(json.dumps(data, indent=1) + "\n")
+        if not bundles:
+            continue
+        done[key] = {"fresh_process": fresh_process_check(bundles[-1]), **decode_speeds(bundles[-1], record["seed"])}
+        target.write_text(json.dumps(done, indent=1) + "\n")
+        print(key, done[key], flush=True)
 
 
 def _subprocess_record(name: str, task: str, overrides: dict[str, Any], backend: str, bundle: Path,
