@@ -126,6 +126,7 @@ def main() -> None:
     parser.add_argument("--one", nargs=5, metavar=("MODEL", "TASK", "OVERRIDES", "BACKEND", "SEED"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--bundle", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--first-attempt", type=int, default=0, help="skip the first N (seed, scale) attempts")
     parser.add_argument("--recheck-fresh", action="store_true",
                         help="re-run the fresh-process check of passing records whose check did not run")
     parser.add_argument("--markdown", nargs="+", type=Path, metavar="JSON",
@@ -156,7 +157,7 @@ def main() -> None:
         for name, task, overrides in selected:
             if (name, backend) in done:
                 continue
-            for seed, scale in ATTEMPTS:
+            for seed, scale in ATTEMPTS[args.first_attempt:]:
                 bundle = Path(work) / f"{name}-{backend}-{seed}{'-scaled' if scale else ''}"
                 record = _subprocess_record(name, task, overrides | scale, backend, bundle, seed)
                 if record.get("check", {}).get("status") != "inconclusive":
