@@ -207,7 +207,7 @@ def recheck_fresh(path: Path) -> None:
         if record.get("status") != "pass" or key in done:
             continue
         name = f"{record['model']}-{record['backend']}-{record['seed']}"
-        bundles = sorted(Path(tempfile.gettempdir()).glob(f"exportbot-generation-matrix-*/{name}"))
+        bundles = sorted(Path(tempfile.gettempdir()).glob(f"exportbot-generation-matrix-*/{name}*"))
         if not bundles:
             continue
         done[key] = {"fresh_process": fresh_process_check(bundles[-1]), **decode_speeds(bundles[-1], record["seed"])}
