@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bot.errors import EXIT_FAILED, ExportbotGroup, SuggestingChoice, UsageProblem, report_errors
-from bot.generate_cli import GENERATION_TASKS, export_generation_command
+from bot.generate_cli import export_generation_command, generation_class
 from bot.runner import BACKENDS, PASS, SKIPPED, ExportRequest, export_one
 from exporters.export_options import DTYPES, TASKS
 
@@ -125,8 +125,10 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
     """
     from bot.export_checks import check_request, publish, staging_dir
 
-    if task in GENERATION_TASKS:  # prefill + decode with a KV cache: bot/generate_cli.py
-        return export_generation_command(model, backend, task, out_dir, seed=seed, batch_size=batch_size,
+    generation = generation_class(model, task)
+    if generation is not None:  # prefill + decode with a KV cache: bot/generate_cli.py
+        target = model if Path(model).is_dir() else generation
+        return export_generation_command(target, backend, task, out_dir, seed=seed, batch_size=batch_size,
                                          sequence_length=sequence_length, max_sequence=max_sequence,
                                          et_backend=et_backend, no_optimize=no_optimize, without=without,
                                          ignore_ledger=ignore_ledger)

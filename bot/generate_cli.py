@@ -30,6 +30,31 @@ GENERATION_TASKS = {
 }
 
 
+def generation_class(model: str, task: str | None) -> str | None:
+    """The class a generation export of MODEL builds for TASK, or None when it is no generation export: the
+    task is not a generation task, or it maps MODEL to a head that does not generate (Wav2Vec2's CTC for
+    automatic-speech-recognition), which the ordinary single-graph export handles."""
+    if task not in GENERATION_TASKS:
+        return None
+    import json
+
+    from exporters.export_options import OptionError, class_for_task
+    from exporters.tiny import TinyModelError, model_class
+
+    path = Path(model)
+    try:
+        if path.is_dir():
+            name = (json.loads((path / "config.json").read_text()).get("architectures") or [""])[0]
+        else:
+            name = model
+        cls = model_class(name)
+        if not cls.can_generate():
+            cls = model_class(class_for_task(cls.config_class, task))
+    except (TinyModelError, OptionError, OSError, ValueError):
+        return None
+    return cls.__name__ if cls.can_generate() else None
+
+
 class LedgerSkip(Exception):
     """An EXPORT_SKIPS entry gates this generation export."""
 

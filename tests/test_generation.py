@@ -176,7 +176,7 @@ def test_a_generate_scope_entry_gates_only_generation_exports(tmp_path):
 
 
 @pytest.mark.parametrize(("model", "task", "says"), [
-    ("BertModel", "text-generation", "no generation head"),
+    ("ViTModel", "text-generation", "has no text-generation model"),
     ("LlamaForCausalLM", "text2text-generation", "needs an encoder-decoder model"),
 ])
 def test_export_task_refuses_a_model_that_cannot_do_it(model, task, says, tmp_path):
