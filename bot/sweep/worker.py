@@ -81,7 +81,7 @@ _PRELOAD = (
 )  # fmt: skip
 
 
-def _preload(backends: Iterable[str]) -> None:
+def preload(backends: Iterable[str]) -> None:
     """Import what every export needs, so a fork starts with it and a spawned child's start-up is measurable."""
     for module in _PRELOAD:
         importlib.import_module(module)
@@ -124,7 +124,7 @@ def _child_body(task: ChildTask, spawned_at: float, preload: bool) -> NoReturn:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         _apply_test_hooks(task.model)
         if preload:
-            _preload([task.backend])
+            preload([task.backend])
         import torch
 
         torch.set_num_threads(task.threads)
@@ -230,7 +230,7 @@ def worker_main() -> None:
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     signal.signal(signal.SIGTERM, _raise_system_exit)
-    _preload(json.loads(sys.argv[1]))
+    preload(json.loads(sys.argv[1]))
     _warm_up()
     protocol.write(json.dumps({"ready": os.getpid()}) + "\n")
     for line in sys.stdin:
