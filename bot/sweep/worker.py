@@ -106,10 +106,10 @@ def _write_json_atomically(path: Path, data: Any) -> None:
     temporary.replace(path)  # a child killed mid-write leaves no half a result behind
 
 
-def _child_body(task: ChildTask, spawned_at: float, preload: bool) -> NoReturn:
+def _child_body(task: ChildTask, spawned_at: float, spawned: bool) -> NoReturn:
     """Run one export under the memory cap and write its outcome; always ends the process, never returns.
 
-    ``preload`` (a spawned child) imports torch and the exporters here, under the cap and counted in
+    A ``spawned`` child (``--no-fork``) imports torch and the exporters here, under the cap and counted in
     ``startup_seconds``; a forked child inherited them.
     """
     code = 70  # EX_SOFTWARE: the export machinery itself broke; the traceback is in the log
@@ -123,7 +123,7 @@ def _child_body(task: ChildTask, spawned_at: float, preload: bool) -> NoReturn:
             limit = int(task.memory_gb * 2**30)
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         _apply_test_hooks(task.model)
-        if preload:
+        if spawned:
             preload([task.backend])
         import torch
 
@@ -193,7 +193,7 @@ def _fork_export(task: ChildTask, protocol_fd: int) -> ChildReport:
             _die_with_parent(parent)
             os.close(protocol_fd)
             _redirect_stdio(Path(task.log_file))
-            _child_body(task, spawned_at, preload=False)
+            _child_body(task, spawned_at, spawned=False)
         finally:
             os._exit(70)
     with contextlib.suppress(OSError):  # the child may already have done it (or exited)
@@ -242,6 +242,6 @@ def spawned_child_main() -> None:
     """``--no-fork``: a fresh interpreter per export; argv is the task JSON, spawn time and supervisor pid."""
     task, spawned_at, parent = ChildTask(**json.loads(sys.argv[1])), float(sys.argv[2]), int(sys.argv[3])
     _die_with_parent(parent)
-    _child_body(task, spawned_at, preload=True)
+    _child_body(task, spawned_at, spawned=True)
 
 
