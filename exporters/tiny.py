@@ -12,6 +12,7 @@ any degenerate output as inconclusive.
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,9 @@ _RANK_FIELDS = {"kv_lora_rank": 2 * HEAD_DIM, "q_lora_rank": 4 * HEAD_DIM}
 _NONE_FILL = {
     "head_dim": HEAD_DIM, "vocab_size": VOCAB, "n_routed_experts": EXPERTS, "num_experts_per_tok": 2,
     "n_shared_experts": 1, "pad_token_id": 1,
+    # Left for the checkpoint to set although every layer builds with them (DiffusionGemma's router, Hiera's decoder).
+    "num_experts": EXPERTS, "top_k_experts": 2, "moe_intermediate_size": INTERMEDIATE, "decoder_hidden_size": HIDDEN,
+    "decoder_depth": 1, "decoder_num_heads": HEADS,
 }
 _FIXED: dict[str, Any] = {
     "max_position_embeddings": lambda old: min(old, 128) if isinstance(old, int) else old,
@@ -118,7 +122,16 @@ def shrink_config(config: Any) -> Any:
     if per_layer is not None:  # heterogeneous configs: every layer's overrides are shrunk by the same rules
         layers = next((vars(config)[f] for f in _LAYER_FIELDS if isinstance(vars(config).get(f), int)), 0)
         per_layer = {i: _shrunk_overrides(o) for i, o in per_layer.items() if i < layers}
-    return _rebuild(config, before, per_layer)
+    return _fill_missing(_rebuild(config, before, per_layer))
+
+
+def _fill_missing(config: Any) -> Any:
+    """Fields some configs lack although their model reads them (MoonshineStreaming's decoder attention reads
+    ``num_key_value_heads``): set after the rebuild, which keeps declared fields only."""
+    fields = vars(config)
+    if "num_key_value_heads" not in fields and isinstance(fields.get("num_attention_heads"), int):
+        config.num_key_value_heads = fields["num_attention_heads"]  # one key per head: plain multi-head attention
+    return config
 
 
 def _per_layer_overrides(config: Any) -> dict[int, dict[str, Any]] | None:
@@ -204,10 +217,14 @@ def _shrink_fields(config: Any) -> None:
     for name in list(fields):  # depthwise convolutions (``upsample_groups``: one group per hidden channel)
         if name.endswith("groups") and isinstance(fields[name], int) and old_hidden and fields[name] == old_hidden:
             setattr(config, name, getattr(config, next(f for f in _HIDDEN_FIELDS if isinstance(fields.get(f), int))))
+    stage_heads = next((fields[f] for f in _HEAD_FIELDS if _ints(fields.get(f))), None)
     for name in _LIST_WIDTH_FIELDS:  # per-stage widths: multiples of 8 so that heads and conv groups divide
         if _ints(fields.get(name)):
             old_first = fields[name][0]
-            setattr(config, name, type(fields[name])(max(8, -(-v // 64) * 8) for v in fields[name]))
+            widths = [max(8, -(-v // 64) * 8) for v in fields[name]]
+            if stage_heads is not None and len(stage_heads) == len(widths):  # and of each stage's heads (GLPN: 5)
+                widths = [-(-w // math.lcm(8, h)) * math.lcm(8, h) for w, h in zip(widths, stage_heads, strict=True)]
+            setattr(config, name, type(fields[name])(widths))
             if fields.get("stem_out_channels") == old_first:  # the stem feeds the first stage (TextNet)
                 config.stem_out_channels = fields[name][0]
     if isinstance(fields.get("dim_bbox"), int):  # Bros: hidden // 4 // dim_bbox sinusoid dims, at least 2
