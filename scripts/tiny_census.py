@@ -28,9 +28,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bot.sweep.catalogue import enumerate_model_classes
+from bot.sweep.reports import census_causes
 from bot.sweep.results import ResultsWriter, repair_tail
 from bot.sweep.tasks import select_classes
-from bot.sweep.triage import normalize_error
 from bot.sweep.worker import kill_group, preload, supervise
 
 OK, BUILD_ERROR, FORWARD_ERROR, CRASHED, TIMEOUT = "ok", "build-error", "forward-error", "crashed", "timeout"
@@ -92,17 +92,6 @@ def run_child(name: str, timeout: float, memory_gb: float) -> dict[str, Any]:
             "error": f"no record (wait status {report.wait_status})"}  # fmt: skip
 
 
-def causes(records: list[dict[str, Any]]) -> list[tuple[int, str, list[str]]]:
-    """Failures grouped by status and normalised error, biggest group first."""
-    groups: dict[str, list[str]] = {}
-    for record in records:
-        if record["status"] != OK:
-            message = normalize_error(record.get("error") or "", record["model"])
-            key = ": ".join(p for p in (record["status"], record.get("error_type"), message) if p)
-            groups.setdefault(key, []).append(record["model"])
-    return sorted(((len(m), k, sorted(m)) for k, m in groups.items()), key=lambda g: (-g[0], g[1]))
-
-
 def read(path: Path) -> list[dict[str, Any]]:
     latest = {}
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -116,8 +105,8 @@ def summary(path: Path, top: int) -> str:
     records = read(path)
     counts = Counter(r["status"] for r in records)
     lines = [f"{path}: {len(records)} classes, " + ", ".join(f"{s} {n}" for s, n in counts.most_common())]
-    for count, key, models in causes(records)[:top]:
-        lines.append(f"{count:4d}  {key[:160]}  e.g. {', '.join(models[:3])}")
+    for key, models in census_causes(records)[:top]:
+        lines.append(f"{len(models):4d}  {key[:160]}  e.g. {', '.join(models[:3])}")
     return "\n".join(lines)
 
 

@@ -285,6 +285,32 @@ def test_coverage_command(tmp_path: Path) -> None:
     assert "| ViTModel | dynamo | static | skipped | 1.0 |  | vit-skip |  |" in text
 
 
+
+def test_coverage_lists_builder_gaps_by_cause_and_rates_over_built_classes(tmp_path: Path) -> None:
+    results = write_jsonl(tmp_path / "r.jsonl", [
+        record("BertModel"), record("GPT2Model", "failed", error="x"), record("TimmModel", "build-error", error="y"),
+    ])  # fmt: skip
+    census = tmp_path / "census.jsonl"
+    census.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"model": "BertModel", "status": "ok"},
+        {"model": "TimmModel", "status": "build-error", "error_type": "ImportError", "error": "needs timm 1"},
+        {"model": "TimmBackbone", "status": "build-error", "error_type": "ImportError", "error": "needs timm 2"},
+        {"model": "SamModel", "status": "forward-error", "error_type": "RuntimeError", "error": "size"},
+        {"model": "SamModel", "status": "ok"},  # a rerun after a builder fix supersedes
+    ]))  # fmt: skip
+    out = tmp_path / "coverage.md"
+    result = CliRunner().invoke(sweep_group, ["coverage", str(results), "--census", str(census), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert f"--census {census} --out {out}" in text.splitlines()[0]
+    assert "| dynamo | static | 3 | 1 | 1 | 1 | 33% | 50% |" in text  # pass rate over all, and over built classes
+    assert "2 of 4 classes build and run one eager forward" in text
+    assert "| 2 | build-error: ImportError: needs timm N | TimmBackbone, TimmModel |" in text
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"status": "ok"}\n')
+    refused = CliRunner().invoke(sweep_group, ["coverage", str(results), "--census", str(bad), "--out", str(out)])
+    assert refused.exit_code == 2 and "not a census file" in refused.output
+
 # ── Real isolated runs ──
 SKIPS_TOML = """\
 [[entry]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -232,12 +233,28 @@ def triage_command(files: tuple[Path, ...], top: int) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("docs/coverage.md"),
               show_default=True, help="Markdown file to (re)generate.")
+@click.option("--census", "census_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Tiny-factory census results (scripts/tiny_census.py), repeatable: adds the builder gaps by cause.")
 @report_errors
-def coverage_command(files: tuple[Path, ...], out: Path) -> None:
+def coverage_command(files: tuple[Path, ...], out: Path, census_files: tuple[Path, ...]) -> None:
     """Regenerate the coverage table (class, backend, mode, status, seconds, workarounds fired, ledger entry,
     error) from result FILES; the file says which command made it, so nobody edits it by hand."""
-    command = shlex.join(["exportbot", "sweep", "coverage", *map(str, files), "--out", str(out)])
+    census_args = [argument for path in census_files for argument in ("--census", str(path))]
+    command = shlex.join(["exportbot", "sweep", "coverage", *map(str, files), *census_args, "--out", str(out)])
     records = _read_all(files)
+    census = [_census_record(line, path) for path in census_files
+              for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(coverage_markdown(records, command), encoding="utf-8")
+    out.write_text(coverage_markdown(records, command, census), encoding="utf-8")
     click.echo(f"{out}: {len(merge_records(records))} exports")
+
+
+def _census_record(line: str, path: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise UsageProblem(f"{path}: not a census file ({error.msg})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("model"), str) or "status" not in record:
+        raise UsageProblem(f"{path}: not a census file (records need model and status)")
+    return record
