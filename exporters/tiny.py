@@ -168,6 +168,8 @@ def _shrink_fields(config: Any) -> None:
     for name in _HIDDEN_FIELDS:
         if isinstance(fields.get(name), int) and fields[name] > HIDDEN:
             setattr(config, name, HIDDEN)
+    if old_hidden and fields.get("embedding_size") == old_hidden:  # tied to the width (SqueezeBert asserts it)
+        config.embedding_size = next(fields[f] for f in _HIDDEN_FIELDS if isinstance(fields.get(f), int))
     per_stage_heads = any(_ints(fields.get(f)) for f in _HEAD_FIELDS)
     if isinstance(fields.get("embed_dim"), int):
         if per_stage_heads:  # hierarchical (Swin-like): stage widths embed_dim * 2**i must divide by heads
