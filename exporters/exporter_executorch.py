@@ -360,7 +360,10 @@ def _patch_xnnpack_reshape_one_dynamic_dim(original: Callable) -> Callable:
     return check_constraints
 
 
-@register_patch("executorch", "transformers.integrations.moe.ExpertsInterface.get_interface", dependency="executorch")
+@register_patch(
+    "executorch", "transformers.integrations.moe.ExpertsInterface.get_interface",
+    upstream="https://github.com/pytorch/executorch/issues/11320", dependency="executorch",
+)  # fmt: skip
 def _patch_moe_experts_batched_mm(original: Callable) -> Callable:
     """Run transformers' mixture-of-experts layers with the ``batched_mm`` experts instead of ``grouped_mm``.
 
@@ -369,8 +372,8 @@ def _patch_moe_experts_batched_mm(original: Callable) -> Callable:
     runtime's portable kernels (``Missing operator: aten::sort.values``) and ``empty_like`` of the sorted rows
     decomposes to ``aten.empty_permuted``, which is not Core ATen. ``batched_mm`` gathers each token's expert
     weights and multiplies in one ``bmm``: the same values, from ops every ExecuTorch backend runs. The model's
-    own setting is left alone; only the lookup answers differently while the export runs. No upstream issue
-    is filed yet.
+    own setting is left alone; only the lookup answers differently while the export runs. The upstream link is
+    ExecuTorch's portable Core-ATen coverage tracker (pytorch/executorch#11320), where ``sort`` is missing.
     """
 
     def get_interface(self: Any, experts_implementation: str, default: Callable) -> Callable:

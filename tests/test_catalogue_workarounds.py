@@ -39,8 +39,7 @@ def test_new_workarounds_are_registered_with_their_lifecycle_metadata():
         workaround = registered[name]
         assert workaround.backend == backend and workaround.dependency in {"torch", "executorch"}
         assert workaround.summary
-    for name in set(NEW_WORKAROUNDS) - {"_patch_moe_experts_batched_mm"}:  # that one has no upstream issue yet
-        assert registered[name].upstream.startswith("https://github.com/pytorch/")
+        assert workaround.upstream.startswith("https://github.com/pytorch/")
 
 
 # ── histc ──
