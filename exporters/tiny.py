@@ -64,7 +64,7 @@ _NONE_FILL = {
     "n_shared_experts": 1, "pad_token_id": 1,
     # Left for the checkpoint to set although every layer builds with them (DiffusionGemma's router, Hiera's decoder).
     "num_experts": EXPERTS, "top_k_experts": 2, "moe_intermediate_size": INTERMEDIATE, "decoder_hidden_size": HIDDEN,
-    "decoder_depth": 1, "decoder_num_heads": HEADS,
+    "decoder_depth": 1, "decoder_num_heads": HEADS, "num_key_value_heads": KV_HEADS,
 }
 _FIXED: dict[str, Any] = {
     "max_position_embeddings": lambda old: min(old, 128) if isinstance(old, int) else old,
@@ -168,8 +168,14 @@ def _shrink_fields(config: Any) -> None:
     for name in _HIDDEN_FIELDS:
         if isinstance(fields.get(name), int) and fields[name] > HIDDEN:
             setattr(config, name, HIDDEN)
-    if old_hidden and fields.get("embedding_size") == old_hidden:  # tied to the width (SqueezeBert asserts it)
-        config.embedding_size = next(fields[f] for f in _HIDDEN_FIELDS if isinstance(fields.get(f), int))
+    width = next((fields[f] for f in _HIDDEN_FIELDS if isinstance(fields.get(f), int)), None)
+    if old_hidden and width and fields.get("embedding_size") == old_hidden:  # tied to the width (SqueezeBert)
+        config.embedding_size = width
+    elif width and isinstance(fields.get("embedding_size"), int) and fields["embedding_size"] > width:
+        config.embedding_size = width // 2  # a narrower embedding projected up (MobileBert: hidden - embedding)
+    axial = fields.get("axial_pos_embds_dim")
+    if _ints(axial) and old_hidden and sum(axial) == old_hidden and width:  # Reformer: the parts sum to the width
+        config.axial_pos_embds_dim = type(axial)([width // 2, width - width // 2])
     per_stage_heads = any(_ints(fields.get(f)) for f in _HEAD_FIELDS)
     if isinstance(fields.get("embed_dim"), int):
         if per_stage_heads:  # hierarchical (Swin-like): stage widths embed_dim * 2**i must divide by heads
@@ -226,7 +232,7 @@ def _shrink_fields(config: Any) -> None:
             widths = [max(8, -(-v // 64) * 8) for v in fields[name]]
             if stage_heads is not None and len(stage_heads) == len(widths):  # and of each stage's heads (GLPN: 5)
                 widths = [-(-w // math.lcm(8, h)) * math.lcm(8, h) for w, h in zip(widths, stage_heads, strict=True)]
-            setattr(config, name, type(fields[name])(widths))
+            setattr(config, name, widths)  # a list: models prepend to it (ConvNext's backbone), tuples refuse
             if fields.get("stem_out_channels") == old_first:  # the stem feeds the first stage (TextNet)
                 config.stem_out_channels = fields[name][0]
     if isinstance(fields.get("dim_bbox"), int):  # Bros: hidden // 4 // dim_bbox sinusoid dims, at least 2
@@ -239,9 +245,14 @@ def _shrink_fields(config: Any) -> None:
     for name in _ONE_FIELDS:
         if isinstance(fields.get(name), float):
             setattr(config, name, 1.0)
+    old_positions = fields.get("max_position_embeddings")
     for name, rule in _FIXED.items():
         if name in fields:
             setattr(config, name, rule(fields[name]))
+    shape = fields.get("axial_pos_shape")
+    if _ints(shape) and len(shape) == 2 and math.prod(shape) == old_positions != fields["max_position_embeddings"]:
+        side = 2 ** (int(math.log2(fields["max_position_embeddings"])) // 2)  # Reformer: the factors multiply to it
+        config.axial_pos_shape = type(shape)([side, fields["max_position_embeddings"] // side])
     _truncate_per_layer_lists(config, old_layers)
     _shrink_rope_sections(config)
     _shrink_images(config)
@@ -423,6 +434,9 @@ def build_tiny(
     torch.manual_seed(seed)
     model = cls(config).eval()
     _break_router_ties(model, seed)
+    languages = getattr(config, "languages", None)
+    if hasattr(model, "set_default_language") and languages:  # X-MOD routes through one adapter per language
+        model.set_default_language(languages[0])
     return TinyModel(model, sample_inputs(model, batch=batch, sequence=sequence, seed=seed))
 
 
