@@ -305,6 +305,7 @@ def test_coverage_lists_builder_gaps_by_cause_and_rates_over_built_classes(tmp_p
     assert f"--census {census} --out {out}" in text.splitlines()[0]
     assert "| dynamo | static | 3 | 1 | 1 | 1 | 33% | 50% |" in text  # pass rate over all, and over built classes
     assert "2 of 4 classes build and run one eager forward" in text
+    assert "| dynamo | static | 1 | 1 | 0 | 100% |" in text  # only BertModel both was swept and runs eagerly
     assert "| 2 | build-error: ImportError: needs <model> N | TimmBackbone, TimmModel |" in text
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"status": "ok"}\n')
