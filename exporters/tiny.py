@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,8 @@ _FIXED: dict[str, Any] = {
     "topk_group": lambda old: 1 if isinstance(old, int) else old,
     "n_shared_experts": lambda old: min(old, 1) if isinstance(old, int) else old,
     "num_latents": lambda old: min(old, 16) if isinstance(old, int) else old,  # Perceiver latent array
+    # Detection queries pick the top-k of the encoder's anchors, of which a 32-pixel image has a few dozen.
+    "num_queries": lambda old: min(old, 10) if isinstance(old, int) else old,
 }
 MAX_LAYERS = 8  # hybrid stacks keep the shortest prefix holding every layer kind, up to this many layers
 
@@ -104,21 +107,22 @@ def _sub_configs(config: Any) -> list[Any]:
     return found
 
 
-def shrink_config(config: Any) -> Any:
+def shrink_config(config: Any, keep_stage_widths: bool = False) -> Any:
     """Shrink the generic size fields of ``config`` and of every nested sub-config, consistently.
 
     The fields are first shrunk in place; the config is then rebuilt from its constructor so that the
     values its ``__post_init__`` derives from them (head dims, per-layer type lists, projection sizes)
-    follow the new sizes instead of keeping the full-size ones.
+    follow the new sizes instead of keeping the full-size ones. ``keep_stage_widths`` leaves per-stage width
+    lists (``hidden_sizes``, ...) at their defaults, for models whose other channel fields must match them.
     """
     import copy
 
     for name, sub in _sub_configs(config):
-        setattr(config, name, shrink_config(sub))
+        setattr(config, name, shrink_config(sub, keep_stage_widths))
     before = {k: v for k, v in vars(config).items() if not isinstance(v, torch.nn.Module)}
     before = copy.deepcopy({k: v for k, v in before.items() if k not in dict(_sub_configs(config))})
     per_layer = _per_layer_overrides(config)
-    _shrink_fields(config)
+    _shrink_fields(config, keep_stage_widths)
     if per_layer is not None:  # heterogeneous configs: every layer's overrides are shrunk by the same rules
         layers = next((vars(config)[f] for f in _LAYER_FIELDS if isinstance(vars(config).get(f), int)), 0)
         per_layer = {i: _shrunk_overrides(o) for i, o in per_layer.items() if i < layers}
@@ -155,7 +159,7 @@ def _ints(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, int) for v in value)
 
 
-def _shrink_fields(config: Any) -> None:
+def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
     fields = vars(config)
     old_layers = next((fields[f] for f in _LAYER_FIELDS if isinstance(fields.get(f), int)), None)
     old_hidden = next((fields[f] for f in _HIDDEN_FIELDS if isinstance(fields.get(f), int)), None)
@@ -226,7 +230,7 @@ def _shrink_fields(config: Any) -> None:
         if name.endswith("groups") and isinstance(fields[name], int) and old_hidden and fields[name] == old_hidden:
             setattr(config, name, getattr(config, next(f for f in _HIDDEN_FIELDS if isinstance(fields.get(f), int))))
     stage_heads = next((fields[f] for f in _HEAD_FIELDS if _ints(fields.get(f))), None)
-    for name in _LIST_WIDTH_FIELDS:  # per-stage widths: multiples of 8 so that heads and conv groups divide
+    for name in () if keep_stage_widths else _LIST_WIDTH_FIELDS:  # per-stage widths: multiples of 8 (heads, groups)
         if _ints(fields.get(name)):
             old_first = fields[name][0]
             widths = [max(8, -(-v // 64) * 8) for v in fields[name]]
@@ -425,10 +429,33 @@ def build_tiny(
     """Build class ``name`` tiny and random, with sample inputs derived from its forward signature.
 
     ``config`` (already small) replaces the shrunk default config: a ledger reproducer's overrides.
-    ``image_size`` sets the (vision) config's ``image_size``, so position tables and samples follow it.
+    ``image_size`` sets the (vision) config's ``image_size``, so position tables and samples follow it. Otherwise,
+    models with per-stage width lists (CNN and detection backbones) are shrunk fully first and, if that model
+    cannot be built or run on its inputs, again with the stage widths at their defaults: their other channel
+    fields (``stage_out_channels``, a detector's ``encoder_in_channels``) must match those widths, and no rule
+    can know each family's. Other models are built once.
     """
     cls = model_class(name)
-    config = shrink_config(cls.config_class()) if config is None else config
+    if config is not None:
+        return _build(cls, config, seed, batch, sequence, image_size)
+    staged = _has_stage_widths(cls.config_class())
+    try:
+        tiny = _build(cls, shrink_config(cls.config_class()), seed, batch, sequence, image_size)
+        if staged:
+            _run_once(tiny)
+        return tiny
+    except Exception:
+        if not staged:
+            raise
+        first = sys.exc_info()
+    try:
+        wide = shrink_config(cls.config_class(), keep_stage_widths=True)
+        return _build(cls, wide, seed, batch, sequence, image_size)
+    except Exception:
+        raise first[1].with_traceback(first[2]) from None  # the fully shrunk model's error is the one to fix
+
+
+def _build(cls: type, config: Any, seed: int, batch: int, sequence: int, image_size: int | None) -> TinyModel:
     if image_size is not None and hasattr(_vision(config), "image_size"):
         _vision(config).image_size = image_size
     torch.manual_seed(seed)
@@ -438,6 +465,17 @@ def build_tiny(
     if hasattr(model, "set_default_language") and languages:  # X-MOD routes through one adapter per language
         model.set_default_language(languages[0])
     return TinyModel(model, sample_inputs(model, batch=batch, sequence=sequence, seed=seed))
+
+
+def _has_stage_widths(config: Any) -> bool:
+    return any(_ints(vars(config).get(f)) for f in _LIST_WIDTH_FIELDS) or any(
+        _has_stage_widths(sub) for _, sub in _sub_configs(config)
+    )
+
+
+def _run_once(tiny: TinyModel) -> None:
+    with torch.no_grad():
+        tiny.model(**tiny.inputs)
 
 
 def _break_router_ties(model: torch.nn.Module, seed: int) -> None:
