@@ -184,7 +184,7 @@ def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
     if isinstance(fields.get("embed_dim"), int):
         if per_stage_heads:  # hierarchical (Swin-like): stage widths embed_dim * 2**i must divide by heads
             heads = max(max(fields[f]) for f in _HEAD_FIELDS if _ints(fields.get(f)))
-            config.embed_dim = max(fields["embed_dim"] // 8, heads)
+            config.embed_dim = -(-max(fields["embed_dim"] // 8, heads) // heads) * heads  # a multiple (Swin2SR: 6)
         elif fields["embed_dim"] > HIDDEN:
             config.embed_dim = HIDDEN
     for name in _HEAD_FIELDS:
