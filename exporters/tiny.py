@@ -65,7 +65,7 @@ _NONE_FILL = {
     "n_shared_experts": 1, "pad_token_id": 1,
     # Left for the checkpoint to set although every layer builds with them (DiffusionGemma's router, Hiera's decoder).
     "num_experts": EXPERTS, "top_k_experts": 2, "moe_intermediate_size": INTERMEDIATE, "decoder_hidden_size": HIDDEN,
-    "decoder_depth": 1, "decoder_num_heads": HEADS, "num_key_value_heads": KV_HEADS,
+    "decoder_depth": 1, "decoder_num_heads": HEADS,
 }
 _FIXED: dict[str, Any] = {
     "max_position_embeddings": lambda old: min(old, 128) if isinstance(old, int) else old,
@@ -194,6 +194,8 @@ def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
         heads = next((fields[f] for f in _HEAD_FIELDS if isinstance(fields.get(f), int)), HEADS)
         # Multi-head latent attention expands its latents to one key per query head: no grouping there.
         config.num_key_value_heads = heads if multi_head_latent else min(KV_HEADS, heads)
+    elif "num_key_value_heads" in fields and fields["num_key_value_heads"] is None:  # None: one per query head
+        config.num_key_value_heads = next((fields[f] for f in _HEAD_FIELDS if isinstance(fields.get(f), int)), HEADS)
     if isinstance(fields.get("coordinate_size"), int) and isinstance(fields.get("shape_size"), int):
         config.coordinate_size, config.shape_size = HIDDEN // 8, HIDDEN // 4  # 4 * coordinate + 2 * shape = hidden
     if isinstance(fields.get("d_kv"), int):
