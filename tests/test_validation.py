@@ -64,7 +64,7 @@ def test_other_shape_is_a_mismatch_even_with_the_same_values(actual):
     check = compare(actual.contiguous())
     assert check.status == MISMATCH
     assert (check.max_abs_diff, check.eager_max_abs) == (None, None)
-    assert check.detail == f"shape {list(actual.shape)} != eager [2, 3]"
+    assert check.detail == f"shape {list(actual.shape)} != eager [2, 3]" and check.name == "logits"
 
 
 def test_tolerance_is_per_element_relative_to_that_element():
@@ -96,7 +96,7 @@ def test_mismatch_reports_count_largest_difference_and_tolerances():
     actual[0, 0] += 0.5
     actual[1, 1] -= 0.25
     check = compare(actual)
-    assert check.status == MISMATCH
+    assert (check.name, check.status) == ("logits", MISMATCH)
     assert check.max_abs_diff == pytest.approx(0.5) and check.eager_max_abs == 3.5
     assert check.detail == "2 of 6 elements off (max abs diff 0.5, atol 0.0001, rtol 0.001)"
 
@@ -104,7 +104,7 @@ def test_mismatch_reports_count_largest_difference_and_tolerances():
 def test_non_finite_eager_must_be_reproduced_and_is_inconclusive_at_best():
     expected = torch.tensor([1.0, math.inf, math.nan, -math.inf, -2.0])
     same = compare(expected.clone(), expected)
-    assert same.status == INCONCLUSIVE and same.detail == "eager output holds NaN or inf"
+    assert (same.name, same.status, same.detail) == ("logits", INCONCLUSIVE, "eager output holds NaN or inf")
     assert (same.max_abs_diff, same.eager_max_abs) == (0.0, 2.0)  # over the finite elements
     for position, value in [(1, 5.0), (1, -math.inf), (1, math.nan), (2, 0.0), (3, math.inf), (2, math.inf)]:
         actual = expected.clone()
@@ -140,8 +140,21 @@ def test_near_zero_eager_output_is_inconclusive_and_names_the_magnitude():
 
 
 def test_exactly_atol_is_degenerate_but_just_above_is_not():
-    assert compare(torch.tensor([ATOL, 0.0]), torch.tensor([ATOL, 0.0])).status == INCONCLUSIVE
-    assert compare(torch.tensor([2 * ATOL, 0.0]), torch.tensor([2 * ATOL, 0.0])).status == PASS
+    # 0.25 is exact in binary: |x| == atol is near zero (any answer within atol of it passes)
+    assert compare(torch.tensor([0.25, 0.0]), torch.tensor([0.25, 0.0]), atol=0.25).status == INCONCLUSIVE
+    assert compare(torch.tensor([0.5, 0.0]), torch.tensor([0.5, 0.0]), atol=0.25).status == PASS
+
+
+def test_single_element_outputs_are_compared_and_can_be_degenerate():
+    assert compare(torch.tensor([2.0]), torch.tensor([1.0])).status == MISMATCH
+    assert compare(torch.tensor([5e-5]), torch.tensor([5e-5])).status == INCONCLUSIVE  # near zero
+    assert compare(torch.tensor([math.nan]), torch.tensor([math.nan])).status == INCONCLUSIVE
+    assert compare(torch.tensor(3.0), torch.tensor(3.0)).status == PASS  # one element is not "constant"
+
+
+def test_two_equal_elements_are_constant():
+    pair = torch.tensor([3.0, 3.0])
+    assert compare(pair.clone(), pair).detail == "eager output is constant"
 
 
 def test_single_element_and_non_constant_outputs_are_not_degenerate():
@@ -163,7 +176,7 @@ def test_integer_and_bool_outputs_compare_exactly_and_are_never_degenerate():
 
 def test_empty_output_of_the_right_shape_passes_and_wrong_shape_does_not():
     empty = torch.zeros(2, 0)
-    assert compare(torch.zeros(2, 0), empty).status == PASS
+    assert compare(torch.zeros(2, 0), empty) == OutputCheck("logits", PASS, 0.0, 0.0, "empty")
     assert compare(torch.zeros(0, 2), empty).status == MISMATCH
 
 
@@ -237,6 +250,17 @@ def test_eager_nan_in_the_same_place_twice_is_deterministic():
     assert shape.status == INCONCLUSIVE
 
 
+def test_eager_and_artifact_both_run_on_the_given_inputs():
+    def eager(inputs):
+        return {"doubled": inputs["input_ids"] * 2.0}
+
+    def artifact(inputs):
+        return [inputs["input_ids"] * 2.0]
+
+    shape = check_shape("s", {"input_ids": torch.arange(6.0).reshape(2, 3)}, eager, artifact, ATOL, RTOL)
+    assert [(c.name, c.status) for c in shape.outputs] == [("doubled", PASS)]
+
+
 def test_eager_runs_without_grad():
     seen = []
 
@@ -305,6 +329,7 @@ def test_raise_names_at_most_five_problems():
     with pytest.raises(ValidationError) as raised:
         ValidationReport(ATOL, RTOL, [shape]).raise_for_status()
     assert str(raised.value).count("off") == 5 and "o4" in str(raised.value) and "o5" not in str(raised.value)
+    assert str(raised.value).startswith("validation mismatch: s: o0: mismatch: off; s: o1: mismatch: off; s: o2")
 
 
 def test_report_as_dict_is_json_ready():
@@ -326,6 +351,9 @@ def test_named_tensors_flattens_nested_outputs_with_readable_names():
     assert [name for name, _ in named_tensors({"a": [EAGER, 3, None]})] == ["a.0"]
     assert named_tensors(EAGER)[0][0] == "output"
     assert leaf_name(()) == "output"
+    from torch.utils._pytree import GetAttrKey, MappingKey, SequenceKey
+
+    assert leaf_name((GetAttrKey("layers"), SequenceKey(1), MappingKey("keys"), "raw")) == "layers.1.keys.raw"
 
 
 def test_numpy_float64_runtime_outputs_against_float32_eager():
