@@ -38,6 +38,7 @@ COVERAGE: dict[str, list[str]] = {
     "_fix_rsub_scalar": [
         "test_workarounds.py::test_rsub_fix_keeps_eager_values_in_the_graph",
         "test_workarounds.py::test_rsub_fix_exports_an_integer_mask_that_matches_eager",
+        "test_workarounds.py::test_xlnet_needs_the_rsub_fix_and_matches_eager_at_padded_masks",
     ],
     "_fix_view_of_transposed": [
         "test_workarounds.py::test_view_fix_keeps_eager_values",
@@ -317,3 +318,17 @@ def test_afmoe_needs_the_view_fix_and_matches_eager_with_it(onnx_export):
     tiny = build_tiny("AfmoeModel")
     with pytest.raises(Exception, match=r"output\.view\(\*input_shape, -1\)"):
         OnnxExporter(OnnxConfig(without=frozenset({"_fix_view_of_transposed"}))).export(tiny.model, tiny.inputs)
+
+
+def test_xlnet_needs_the_rsub_fix_and_matches_eager_at_padded_masks(onnx_export):
+    """XLNet's ``1.0 - attention_mask`` is the rsub the fix rewrites. Its sample mask is left-padded, so a fix
+    that got the subtraction backwards (``mask - 1``) gives masked positions other values: a mismatch."""
+    from exporters.tiny import build_tiny
+
+    result = onnx_export("XLNetModel", False)
+    assert result.metadata.workarounds_fired["_fix_rsub_scalar"] > 0
+    assert (result.inputs["attention_mask"] == 0).any()
+    assert result.validate(raise_on_failure=False).status == PASS
+    tiny = build_tiny("XLNetModel")
+    with pytest.raises(Exception, match="Failed to decompose the FX graph"):
+        OnnxExporter(OnnxConfig(without=frozenset({"_fix_rsub_scalar"}))).export(tiny.model, tiny.inputs)
