@@ -114,6 +114,9 @@ def measure(name: str, target: Target, venv: Path, children: int, revision: str)
         f"only_mutate = {target.file}\n"
         "pytest_add_cli_args_test_selection =\n" + "".join(f"    {t}\n" for t in tests)
         + "pytest_add_cli_args = -p no:cacheprovider -q\n"
+        # mutmut copies only the source paths and tests into mutants/; the tests read the rest (registry/ ...)
+        + "also_copy =\n" + "".join(f"    {p.name}\n" for p in sorted(work.iterdir())
+                                     if p.name not in {"setup.cfg", Path(target.file).parts[0]})
     )
     mutmut = [str(venv / "bin" / "mutmut")]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
