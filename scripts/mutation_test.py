@@ -59,10 +59,8 @@ TARGETS = {
     ),
     "prwriter": Target(  # the PR planning: which proposals go into the PR, from the audit report and the base
         "bot/prwriter.py",
-        tuple(f"bot.prwriter.x{name}__mutmut_*" for name in (
-            "_check_report", "_ledger_rows", "_workaround_rows", "_proposal_from_report", "_select_proposals",
-            "__absent_from_base")),
-        ("tests/test_shrink.py",),
+        ("bot.prwriter.x_select_proposals__mutmut_*", "bot.prwriter.x__absent_from_base__mutmut_*"),
+        ("tests/test_pr_planning.py",),
     ),
 }
 
