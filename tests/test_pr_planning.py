@@ -167,3 +167,11 @@ def test_a_ledger_entry_must_be_on_the_base_branch_as_audited(base):
     other_list = proposal({**row("alpha", "removable"), "list": "EXPORT_SKIPS"})
     assert _absent_from_base(other_list, base.by_id("alpha"), {}) == (
         "listed differently on the base branch than in the audit; audit again")
+
+
+def test_entries_already_in_the_pr_keep_their_place_behind_the_cap(base):
+    already = proposal(row("gamma", "removable"))  # last in ledger order, but the open PR has it
+    audit = report(row("alpha", "removable"), row("gamma", "removable"))
+    selection = select_proposals(audit, base, [already], [], 2, max_proposals=1)
+    assert [p.id for p in selection.proposals] == ["gamma"]
+    assert selection.notes["alpha"] == "waiting: the PR holds at most 1 entries; proposed once some merge"
