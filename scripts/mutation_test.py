@@ -55,7 +55,7 @@ TARGETS = {
         tuple(f"exporters.ledger.x{name}__mutmut_*" for name in (
             "__split", "__is_comment", "__entry_starts", "__valid_data", "__locate", "__commit", "_remove_entry",
             "_remove_model", "_set_fixed_in", "__toml_value", "_add_entry")),
-        ("tests/test_ledger.py", "tests/test_ledger_edits.py"),
+        ("tests/test_ledger.py", "tests/test_ledger_edits.py", "tests/test_repro.py"),
     ),
     "prwriter": Target(  # the PR planning: which proposals go into the PR, from the audit report and the base
         "bot/prwriter.py",

@@ -142,3 +142,11 @@ def test_set_fixed_in_goes_into_its_own_entry(tmp_path: Path):
 
 def test_ledger_problem_is_what_the_error_carries(tmp_path: Path):
     assert LedgerError([LedgerProblem(tmp_path, 3, "x")]).problems == (LedgerProblem(tmp_path, 3, "x"),)
+
+
+def test_set_fixed_in_goes_above_an_indented_repro_table(tmp_path: Path):
+    """A key written below ``[entry.repro...]`` would belong to the sub-table; an indented header is one too."""
+    text = skip_entry("one") + "\n  [entry.repro.inputs]\n  batch = 1\n"
+    path = skips_file(tmp_path, text)
+    after = set_fixed_in(path, "one", "transformers>=5.30")
+    assert after == skip_entry("one") + 'fixed_in = "transformers>=5.30"\n' + "\n  [entry.repro.inputs]\n  batch = 1\n"
