@@ -53,7 +53,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from bot.candidate import (
-    DEFAULT_SAMPLE,
     CandidateCheck,
     describe_row,
     prepare_environment,
@@ -73,6 +72,7 @@ from bot.options import (
 from bot.pins import find_pin_file, read_pins
 from bot.plan import Plan, Subject, describe_state, entry_subject, parse_candidate, plan_entry
 from bot.progress import CountedProgress
+from bot.regression_sample import DEFAULT_SAMPLE
 from bot.report import REPORT_SCHEMA, ReportIdentity, audit_selection, report_identity
 from bot.rerun import DEFAULT_RUNS, DEFAULT_TIMEOUT, ProbeRunner, RunExport, rerun_subject, subprocess_runner
 from bot.tracker import (
@@ -484,22 +484,25 @@ def render_markdown(report: AuditReport) -> str:
             f"Removable once the pin moves: {removable}. Exports that pass at the pins, re-run with the "
             f"candidate: {len(check.rows)}, regressions: **{len(check.regressions)}**.",
             "",
-            "| model | backend | mode | with the candidate |",
-            "| --- | --- | --- | --- |",
+            "| model | backend | mode | chosen because | with the candidate |",
+            "| --- | --- | --- | --- | --- |",
             *(
-                f"| {r.export.model} | {r.export.backend} | {r.export.mode} | {cell(describe_row(r))} |"
+                f"| {r.export.model} | {r.export.backend} | {r.export.mode} | {cell('; '.join(r.sampled.reasons))} "
+                f"| {cell(describe_row(r))} |"
                 for r in check.rows
             ),
+            *(["", "Left out of the sample: " + "; ".join(check.left_out) + "."] if check.left_out else []),
         ]
     return "\n".join(lines) + "\n"
 
 
 def render_candidate_table(check: CandidateCheck) -> Table:
     table = Table(title=f"candidate {check.environment.spec}: exports that pass at the pins, re-run with it")
-    for column in ("model", "backend / mode", "result", "detail"):
+    for column in ("model", "backend / mode", "chosen because", "result", "detail"):
         table.add_column(column, overflow="fold")
     for row in check.rows:
-        table.add_row(row.export.model, f"{row.export.backend}/{row.export.mode}", row.result, describe_row(row))
+        table.add_row(row.export.model, f"{row.export.backend}/{row.export.mode}", "; ".join(row.sampled.reasons),
+                      row.result, describe_row(row))  # fmt: skip
     return table
 
 
@@ -571,7 +574,16 @@ def _make_tracker(
     type=click.IntRange(0),
     default=DEFAULT_SAMPLE,
     show_default=True,
-    help="Exports that passed at the pins to re-run with --candidate (0: none).",
+    help="Fastest passing exports to fill the --candidate regression sample up to (0: none); the ledger's "
+    "reproducers, exports firing a workaround with dependency = PKG and --regression-classes always run.",
+)
+@click.option(
+    "--regression-classes",
+    "classes_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Also re-run these with --candidate: one 'CLASS [BACKEND[/static|dynamic]]' a line "
+    "[default backend: every one whose stack has PKG; mode: static].",
 )
 @click.option(
     "--runs",
@@ -624,7 +636,8 @@ def audit_command(
     registry_dir: Path | None, pin_file: Path | None, tracker_file: Path | None, github_url: str | None,
     web_host: str | None, token_env: str | None, force_all: bool, entry_ids: tuple[str, ...],
     with_workarounds: bool, index_file: Path, probes: int, candidate: str | None, cache_dir: Path | None,
-    regression_files: tuple[Path, ...], regression_sample: int, runs: int, timeout: float,
+    regression_files: tuple[Path, ...], regression_sample: int, classes_file: Path | None, runs: int,
+    timeout: float,
     json_file: Path | None, markdown_file: Path | None, update_verification: bool, snapshot_file: Path | None,
     open_prs: bool,
 ) -> None:  # fmt: skip
@@ -706,6 +719,7 @@ def audit_command(
             environment, report.candidate_removable(), regression_files, pins,
             regression_sample, timeout,
             progress=lambda e: click.echo(f"regression check: {e.model} {e.backend}/{e.mode}", err=True),
+            registry=registry_dir, classes_file=classes_file,
         )  # fmt: skip
 
     to_stdout = json_file == Path("-")  # --json -: the JSON report is the result; tables go to stderr

@@ -14,13 +14,17 @@ How it works:
   cannot be installed together with the other pins is reported and skipped, never counted as a failure;
   the nearest untried version in the open range is probed instead. When skipped versions lie between the
   last failing and the first passing one, the fix may be in any of them: the result lists them.
-* **Isolation.** Each candidate gets its own fresh virtual environment, ``.exportbot-cache/venvs/PKG-VER``
+* **Isolation.** Each candidate gets its own virtual environment, ``.exportbot-cache/venvs/PKG-VER``
   (bot.venvs): every other package stays at its pin, and nothing leaks in from the development
-  environment. Cost: a full stack per version (a few GB of disk and minutes of install each, less when
-  pip's wheel cache already holds the wheels), about log2(n) + 1 of them for n candidates.
-* **Probe.** The target's exports (a ledger entry's models × modes with ``--ignore-ledger``; a
+  environment. When the running environment holds every other pin exactly, the environment is layered on
+  it (``PKG-VER-layered``: seconds to build, only PKG and what it moves installed); else a fresh full
+  stack (a few GB and minutes each), about log2(n) + 1 of them for n candidates.
+* **Probe.** The target's exports (a ledger entry's reproducer, ``--repro ID``, in each of its modes; a
   workaround's probes from the workaround index with ``--without NAME``) run once each in that
   environment, as ``exportbot audit`` runs them; every export must pass for the version to pass.
+* **Versions exportbot cannot run with** (bot.window) are ``unsupported``, skipped like uninstallable
+  ones and never read as "still failing": a version below the measured window, or an export that failed
+  on an import or attribute error inside exportbot's own code. Each says so in one line.
 
 The result is written as ``fixed_in`` into a ledger entry (a minimal diff, ``exporters.ledger.set_fixed_in``);
 for a workaround it is reported, for its removal PR to cite.
@@ -55,10 +59,12 @@ from bot.venvs import (
     Uninstallable,
     constraints_with,
     ensure_venv,
+    layering_base,
     project_dependencies,
     same_release,
 )
 from bot.verdict import error_excerpt
+from bot.window import own_incompatibility, unsupported_reason
 from bot.workaround_index import (
     DEFAULT_JSON,
     DEFAULT_PROBE_LIMIT,
@@ -68,7 +74,8 @@ from bot.workaround_index import (
 )
 from exporters.ledger import LedgerEntry, default_registry_dir, load_ledger, set_fixed_in
 
-PASSED, FAILED, UNINSTALLABLE = "pass", "fail", "uninstallable"
+PASSED, FAILED, UNINSTALLABLE, UNSUPPORTED = "pass", "fail", "uninstallable", "unsupported"
+SKIPPED_OUTCOMES = (UNINSTALLABLE, UNSUPPORTED)  # says nothing about the bug: skipped, never a failure
 
 
 class BisectError(EnvironmentFailure):
@@ -78,7 +85,8 @@ class BisectError(EnvironmentFailure):
 # ── The search (pure) ──
 @dataclass(frozen=True)
 class Probe:
-    """One version tried: ``PASSED``, ``FAILED`` or ``UNINSTALLABLE``, and what was seen."""
+    """One version tried: ``PASSED``, ``FAILED``, ``UNINSTALLABLE`` or ``UNSUPPORTED`` (exportbot itself cannot
+    run with it: bot.window), and what was seen."""
 
     version: str
     outcome: str
@@ -96,7 +104,7 @@ class BisectResult:
 
     @property
     def skipped(self) -> list[str]:
-        return [p.version for p in self.probes if p.outcome == UNINSTALLABLE]
+        return [p.version for p in self.probes if p.outcome in SKIPPED_OUTCOMES]
 
 
 def first_passing(versions: Sequence[str], probe: Callable[[str], Probe]) -> BisectResult:
@@ -124,7 +132,7 @@ def first_passing(versions: Sequence[str], probe: Callable[[str], Probe]) -> Bis
             high = index
         elif result.outcome == FAILED:
             low = index
-        elif result.outcome == UNINSTALLABLE:
+        elif result.outcome in SKIPPED_OUTCOMES:
             skipped.add(index)
         else:
             raise ValueError(f"probe of {versions[index]} answered {result.outcome!r}")
@@ -183,17 +191,26 @@ class ExportProbe:
     cache_dir: Path = DEFAULT_CACHE
     timeout: float = DEFAULT_TIMEOUT
     requirements: list[str] = field(default_factory=project_dependencies)
+    base: Path | None = None  # a pinned environment to layer on (bot.venvs), None: fresh environments
+    registry: Path | None = None  # the ledger the exports read (an entry's reproducer comes from it)
     seen: list[dict[str, Any]] = field(default_factory=list)  # every outcome record, for the report
 
     def runner(self, python: Path) -> RunExport:
-        without = (self.subject.id,) if self.subject.kind == WORKAROUND else ()
-        return subprocess_runner(self.timeout, without=without, python=python, pythonpath=REPO_ROOT)
+        """An entry's reproducer without the entry (``--repro ID``); a workaround's probe without it."""
+        where = {"python": python, "pythonpath": REPO_ROOT, "registry": self.registry}
+        if self.subject.kind == WORKAROUND:
+            return subprocess_runner(self.timeout, without=(self.subject.id,), **where)
+        return subprocess_runner(self.timeout, repro=self.subject.id, **where)
 
     def __call__(self, version: str) -> Probe:
-        directory = self.cache_dir / f"{normalize_name(self.package)}-{version}"
+        refused = unsupported_reason(self.package, version)
+        if refused is not None:
+            return Probe(version, UNSUPPORTED, refused)
+        layered = "-layered" if self.base is not None else ""
+        directory = self.cache_dir / f"{normalize_name(self.package)}-{version}{layered}"
         try:
             python = ensure_venv(directory, constraints_with(self.constraints_text, self.package, version),
-                                 self.requirements)  # fmt: skip
+                                 self.requirements, base=self.base)  # fmt: skip
         except Uninstallable as error:
             return Probe(version, UNINSTALLABLE, str(error))
         run = self.runner(python)
@@ -205,6 +222,9 @@ class ExportProbe:
                 raise BisectError(
                     f"{directory} ran {self.package} {ran}, not {version}: delete it to rebuild"
                 )
+            ours = own_incompatibility(outcome, self.package, version)
+            if ours is not None:
+                return Probe(version, UNSUPPORTED, ours)
             if outcome.get("status") != PASS:
                 where = f"{export.model} {export.backend}/{export.mode} {outcome.get('status')}"
                 return Probe(version, FAILED, f"{where}: {error_excerpt(outcome, 200)}")
@@ -236,6 +256,19 @@ def _target_subject(
     if not subject.exports:
         raise UsageProblem(f"{target!r} fired in no passing export of {index_file}: nothing to probe")
     return subject, None
+
+
+def _announced(probe: Callable[[str], Probe], package: str) -> Callable[[str], Probe]:
+    """Each probe says what it does and how it ended, one line each on stderr: a probe takes minutes."""
+
+    def run(version: str) -> Probe:
+        click.echo(f"{package} {version}: preparing its environment and exporting ...", err=True)
+        result = probe(version)
+        click.echo(f"{package} {version}: {result.outcome}: {result.detail.splitlines()[0][:200] if result.detail else ''}",
+                   err=True)  # fmt: skip
+        return result
+
+    return run
 
 
 def render_result(result: BisectResult, package: str, pinned: str) -> Table:
@@ -308,8 +341,9 @@ def bisect_command(
     if dry_run or not candidates:
         return
     text = pin_path.read_text(encoding="utf-8")
-    probe = ExportProbe(subject, package, text, cache_dir or DEFAULT_CACHE, timeout)
-    result = first_passing(candidates, probe)
+    probe = ExportProbe(subject, package, text, cache_dir or DEFAULT_CACHE, timeout,
+                        base=layering_base(read_pins(pin_path), package), registry=registry_dir)  # fmt: skip
+    result = first_passing(candidates, _announced(probe, package))
     Console().print(render_result(result, package, pinned))
     if json_file is not None:
         data = {"target": target, "package": package, "pinned": pinned, "candidates": candidates,

@@ -54,6 +54,7 @@ def subprocess_runner(
     registry: Path | None = None,
     python: str | Path = sys.executable,
     pythonpath: Path | None = None,
+    extra_args: Sequence[str] = (),
 ) -> RunExport:
     """A runner exporting in a fresh ``python -m bot export`` process, killed after ``timeout`` s.
 
@@ -63,6 +64,7 @@ def subprocess_runner(
     ``registry`` is the ledger directory the child reads (default: whatever it finds itself).
     ``python`` and ``pythonpath`` let ``exportbot bisect`` run this repository's code in another
     virtual environment (one per candidate version) that does not have exportbot installed.
+    ``extra_args`` go to every ``exportbot export`` (a regression check's ``--repro ID --no-optimize``).
     """
     leave_out = [arg for name in without for arg in ("--without", name)] or (
         [] if plain else ["--repro", repro] if repro else ["--ignore-ledger"]
@@ -73,7 +75,7 @@ def subprocess_runner(
             record = Path(scratch) / "outcome.json"
             command = [
                 str(python), "-m", "bot", "export", model_class, "--backend", backend,
-                "--dynamic" if dynamic else "--static", *leave_out,
+                "--dynamic" if dynamic else "--static", *leave_out, *extra_args,
                 "--outcome-json", str(record), "--out", str(Path(scratch) / "out"),
             ]  # fmt: skip
             base = {"model": model_class, "backend": backend, "dynamic": dynamic, "repro": repro}

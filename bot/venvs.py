@@ -131,6 +131,13 @@ def same_release(installed: str, version: str) -> bool:
         return False
 
 
+def layering_base(pins: Mapping[str, str], moved: str) -> Path | None:
+    """This interpreter's site-packages when it holds every pin but ``moved`` (which the new environment
+    installs anyway), so an environment differing in ``moved`` can be layered on it; else None (fresh)."""
+    others = {name: version for name, version in pins.items() if normalize_name(name) != normalize_name(moved)}
+    return None if pin_mismatches(others) else site_packages()
+
+
 def pin_mismatches(pins: Mapping[str, str]) -> list[str]:
     """Pinned packages this interpreter's environment holds at another version (or not at all): a
     layered environment is only sound on a base without any."""

@@ -353,11 +353,15 @@ _TRANSLATION_NAMES: dict[Any, str] = {}
 
 
 def _register_translation(op: Any, *, upstream: str | None = None, dependency: str | None = None) -> Callable:
+    """``op`` is an OpOverload, or the ``namespace::name`` of a custom op the installed release does not
+    register (then the workaround is listed but has nothing to translate)."""
+
     def decorate(function: Callable) -> Callable:
         name = getattr(function, "name", None) or function.__name__
         announce_workaround(Workaround(name, "onnx_translation", "onnx", function, (str(op),), upstream, dependency))
-        _ONNX_TRANSLATION_TABLE[op] = function
-        _TRANSLATION_NAMES[op] = name
+        if not isinstance(op, str):
+            _ONNX_TRANSLATION_TABLE[op] = function
+            _TRANSLATION_NAMES[op] = name
         return function
 
     return decorate
@@ -368,10 +372,17 @@ def translation_table(without: frozenset[str]) -> dict[Any, Callable]:
 
 
 def _transformers_op(name: str) -> Any:
-    """``torch.ops.transformers.<name>.default``; importing the MoE integration registers the custom op."""
-    import transformers.integrations.moe  # noqa: F401
+    """``torch.ops.transformers.<name>.default``; importing the MoE integration registers the custom op.
 
-    return getattr(torch.ops.transformers, name).default
+    Releases before the op existed (transformers 5.0.0 has no ``grouped_mm_fallback``) give its
+    ``transformers::<name>`` string instead: importing this module must not fail on them.
+    """
+    try:
+        import transformers.integrations.moe  # noqa: F401
+    except ImportError:
+        return f"transformers::{name}"
+    packet = getattr(torch.ops.transformers, name, None)
+    return f"transformers::{name}" if packet is None else packet.default
 
 
 @_register_translation(

@@ -23,9 +23,9 @@ from bot.candidate import (
     CandidateCheck,
     CandidateEnvironment,
     check_regressions,
-    regression_sample,
 )
 from bot.plan import Export, entry_subject, plan_entry
+from bot.regression_sample import SampledExport, choose_sample
 from bot.report import ReportError, check_report
 from bot.venvs import pin_mismatches
 from exporters.ledger import load_ledger
@@ -40,7 +40,7 @@ def record(model: str, backend: str = "onnx", mode: str = "static", status: str 
             "versions": {**ONNX_PINS, "executorch": "1.5.1", "torchao": "0.18.0", **versions}}  # fmt: skip
 
 
-def test_regression_sample_takes_passing_exports_at_the_pins_spread_and_fastest_first():
+def test_regression_sample_fills_with_passing_exports_at_the_pins_spread_and_fastest_first():
     pins = {**ONNX_PINS, "executorch": "1.5.1", "torchao": "0.18.0"}
     records = [
         record("SlowModel", seconds=30),
@@ -52,26 +52,30 @@ def test_regression_sample_takes_passing_exports_at_the_pins_spread_and_fastest_
         record("TorchPlusCpu", seconds=3, torch="2.13.0+cpu"),  # the same release as the pin
         record("EtModel", backend="executorch", seconds=1),  # onnxscript is not in ExecuTorch's stack
     ]
-    sample = regression_sample(records, "onnxscript", pins, limit=3)
-    assert sample == [  # round-robin over (onnx, dynamic), (onnx, static); fastest first in each
+
+    def sample(package: str, limit: int) -> list[Export]:
+        return [item.export for item in choose_sample(package, pins, records, limit=limit).chosen]
+
+    assert sample("onnxscript", 3) == [  # round-robin over (onnx, dynamic), (onnx, static); fastest first in each
         Export("DynModel", "onnx", True), Export("FastModel", "onnx", False), Export("TorchPlusCpu", "onnx", False),
     ]
-    assert len(regression_sample(records, "onnxscript", pins, limit=50)) == 4
-    assert Export("EtModel", "executorch", False) in regression_sample(records, "torch", pins, limit=50)
-    assert regression_sample(records, "onnxscript", pins, limit=0) == []
+    assert len(sample("onnxscript", 50)) == 4
+    assert Export("EtModel", "executorch", False) in sample("torch", 50)
+    assert sample("onnxscript", 0) == []
 
 
 def test_regression_rows_tell_a_regression_from_a_stale_record_and_a_pass():
     def runner(status: str, version: str) -> Any:
-        def run(model: str, backend: str, dynamic: bool) -> dict[str, Any]:
+        def run(item: SampledExport) -> dict[str, Any]:
             failed = status != "pass"
+            model, backend, dynamic = item.export
             return {"model": model, "backend": backend, "dynamic": dynamic, "status": status,
                     "error": "ValueError: boom" if failed else None, "max_abs_diff": None if failed else {"y": 1e-6},
                     "versions": {"onnxscript": version}}  # fmt: skip
 
         return run
 
-    sample = [Export("BertModel", "onnx", False)]
+    sample = [SampledExport(Export("BertModel", "onnx", False), reasons=("fastest",))]
     [holds] = check_regressions(sample, "onnxscript", runner("pass", "0.8.0"), runner("pass", "0.7.2"))
     assert (holds.result, holds.ran_with, holds.pinned) == (HOLDS, "0.8.0", None)  # no second export
     [broken] = check_regressions(sample, "onnxscript", runner("failed", "0.8.0"), runner("pass", "0.7.2"))
@@ -86,6 +90,7 @@ def test_regression_rows_tell_a_regression_from_a_stale_record_and_a_pass():
     data = report.as_dict()["candidate_check"]
     assert data["regressions"] == 1 and data["removable"] == ["t5-cast-folding"]
     assert [row["result"] for row in data["sample"]] == [HOLDS, REGRESSION, STALE]
+    assert data["sample"][0]["why"] == ["fastest"] and data["sample"][0]["repro"] is None
     with pytest.raises(ReportError, match=r"unpinned candidate onnxscript==0\.8\.0"):
         check_report(report.as_dict())  # exportbot pr proposes nothing from a candidate audit
 
@@ -143,6 +148,9 @@ def test_candidate_audit_in_a_real_isolated_environment(tmp_path):
     assert check["environment"] == "layered on the pinned environment" and check["problem"] is None
     [row] = check["sample"]
     assert (row["model"], row["mode"], row["ran_with"], row["result"]) == ("BertModel", "static", "0.7.1", HOLDS)
+    assert row["why"] == ["fastest"] and row["repro"] is None
+    # every ledger reproducer on the ONNX stack was considered: the EXPORT_SKIPS ones only run where skipped
+    assert any("gemma3-vision-mask-vmap-decompose" in line for line in check["left_out"])
     [entry] = report["entries"]
     assert entry["due"] and "candidate onnxscript==0.7.1" in entry["due_reasons"]
     assert entry["moved_pins"] == {"onnxscript": ["0.7.2", "0.7.1"]}

@@ -343,7 +343,7 @@ def test_bisect_command_writes_fixed_in_into_the_ledger_entry(tmp_path, monkeypa
     monkeypatch.setattr(bisect_module, "released_versions", lambda package: available)
 
     class FakeProbe:
-        def __init__(self, subject, package, *_args) -> None:
+        def __init__(self, subject, package, *_args, **_options) -> None:
             assert subject.id == "bert" and package == "torch"
             self.seen: list[dict[str, Any]] = []
 

@@ -352,6 +352,15 @@ def by_model(path: Path) -> dict[str, dict]:
     return {r["model"]: r for r in read_results(path)}
 
 
+def test_coverage_counts_records_per_exporter_hash() -> None:
+    from bot.sweep import coverage_markdown
+
+    records = [{"model": m, "backend": "onnx", "mode": "static", "status": "pass", "exporter_version": v}
+               for m, v in [("A", "abc"), ("B", "def"), ("C", "abc"), ("D", None)]]
+    assert "Exporter code (the hash of `exporters/*.py` that audits record): `abc` 2, `def` 1, not recorded 1." in (
+        coverage_markdown(records, "exportbot sweep coverage x --out y"))
+
+
 def test_warm_fork_sweep_records_passes_skips_and_a_segfault(
     tmp_path: Path, registry: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -374,6 +383,9 @@ def test_warm_fork_sweep_records_passes_skips_and_a_segfault(
     assert bert["schema"] == SCHEMA and bert["runner"] == "fork" and bert["mode"] == "static"
     assert bert["worker_pid"] != bert["child_pid"] and bert["peak_rss_mb"] > 0 and bert["startup_seconds"] < 1
     assert bert["versions"]["torch"] and bert["log_file"] is None
+    from bot.verification import exporter_version
+
+    assert {r["exporter_version"] for r in records.values()} == {exporter_version()}  # crashed and skipped too
     crash = records["GPT2Model"]
     assert crash["signal"] == 11 and crash["exit_code"] is None
     assert "Segmentation fault" in crash["stderr_tail"] and Path(crash["log_file"]).is_file()

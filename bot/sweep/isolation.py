@@ -24,6 +24,7 @@ from bot.sweep.records import CRASHED, SCHEMA, TIMEOUT, classify_against_entry, 
 from bot.sweep.tasks import Task
 from bot.sweep.triage import signal_name
 from bot.sweep.worker import ChildReport, ChildTask, kill_group, supervise
+from bot.verification import exporter_version
 
 if TYPE_CHECKING:
     from exporters.ledger import Ledger
@@ -268,6 +269,7 @@ def build_record(
         outcome = ExportOutcome(task.model, task.backend, task.dynamic, status, report.wall_seconds, error=error).as_dict()
         info.stderr_tail = _tail(settings.log_file(task))
     outcome["versions"] = outcome.get("versions") or _backend_versions(task.backend)
+    outcome["exporter_version"] = outcome.get("exporter_version") or exporter_version()
     if entry is not None:  # the record names the entry its ledger_match is about
         outcome["ledger_entry"], outcome["ledger_reason"] = entry.id, entry.reason
         info.ledger_match = classify_against_entry({**outcome, "stderr_tail": info.stderr_tail}, entry)
