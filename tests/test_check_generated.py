@@ -74,5 +74,6 @@ def test_a_sweep_record_changed_after_the_page_makes_it_stale(tmp_path: Path):
     sweep = root / "sweeps" / "onnx.jsonl"
     lines = sweep.read_text().splitlines()
     sweep.write_text("\n".join(lines[1:]) + "\n")  # one export dropped from the results
-    stale = f"docs/coverage.md: stale (differs from what its generator makes now); run `{COMMAND}`"
+    command = " ".join(check.header_command(root / "docs" / "coverage.md"))
+    stale = f"docs/coverage.md: stale (differs from what its generator makes now); run `{command}`"
     assert stale in check.stale_generated(root)
