@@ -1,6 +1,13 @@
 """How fast does ``exportbot sweep`` go, and what does the warm fork worker buy?
 
-Runs the same fixed list of 20 classes (Dynamo, static shapes) four ways: warm fork worker and a fresh
+``--throughput``: exports per hour for ONNX and ExecuTorch (XNNPACK), static shapes, with ``--jobs 1`` and
+``--jobs 2``, over fixed class lists, and the wall time a whole-catalogue sweep would take per backend and mode
+at that rate (dynamic extrapolated with the dynamic/static time ratio of the committed sweep records). Writes
+``benchmarks/results/sweep_throughput.json``; takes 20-40 minutes on two quiet cores.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_sweep.py --throughput
+
+Without it: runs the same fixed list of 20 classes (Dynamo, static shapes) four ways: warm fork worker and a fresh
 interpreter per export (``--no-fork``), each with ``--jobs 1`` and ``--jobs 2``. Every run goes through the
 real command line, so the figures include what a user pays: the command's own start-up, worker warm-up, and
 writing the records. Reports throughput, per-export wall time, interpreter/import start-up per export, peak
@@ -16,6 +23,7 @@ people's work and CPU time much less.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -29,7 +37,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from bot.sweep import read_results
+from bot.sweep import merge_records, read_results
 
 CLASSES = (
     "AlbertModel", "BartModel", "BertModel", "BloomModel", "CLIPVisionModel", "ConvNextModel", "DeiTModel",
@@ -38,18 +46,28 @@ CLASSES = (
 )  # fmt: skip
 CONFIGS = (("fork", 1), ("fork", 2), ("spawn", 1), ("spawn", 2))
 OUT = Path(__file__).parent / "results" / "sweep.json"
+# --throughput: ordinary classes of several families; ExecuTorch lowers 5-10x slower, so its list is shorter.
+THROUGHPUT_CLASSES = {
+    "onnx": ("AlbertModel", "BertModel", "GPT2Model", "LlamaModel", "MistralModel", "OPTModel", "Qwen2Model",
+             "ResNetModel", "RobertaModel", "ViTModel"),
+    "executorch": ("BertModel", "LlamaModel", "ViTModel"),
+}  # fmt: skip
+THROUGHPUT_OUT = Path(__file__).parent / "results" / "sweep_throughput.json"
+SWEEPS = Path(__file__).parent.parent / "sweeps"
 
 
 def _median(values: list[float]) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
-def run_config(runner: str, jobs: int, workdir: Path, classes_file: Path) -> dict[str, Any]:
+def run_config(
+    runner: str, jobs: int, workdir: Path, classes_file: Path, backend: str = "dynamo"
+) -> dict[str, Any]:
     """One sweep through the CLI; the figures come from its wall time and its records."""
-    results = workdir / f"{runner}-jobs{jobs}.jsonl"
+    results = workdir / f"{backend}-{runner}-jobs{jobs}.jsonl"
     command = [
         sys.executable, "-c", "from bot.sweep import sweep_group; sweep_group()", "run",
-        "--classes", str(classes_file), "--backend", "dynamo", "--static", "--jobs", str(jobs),
+        "--classes", str(classes_file), "--backend", backend, "--static", "--jobs", str(jobs),
         "--results", str(results), "--overwrite", *(["--no-fork"] if runner == "spawn" else []),
     ]  # fmt: skip
     load_before = os.getloadavg()[0]
@@ -62,6 +80,7 @@ def run_config(runner: str, jobs: int, workdir: Path, classes_file: Path) -> dic
     records = read_results(results)
     child_rss = [r["peak_rss_mb"] for r in records if r.get("peak_rss_mb")]
     return {
+        "backend": backend,
         "runner": runner,
         "jobs": jobs,
         "exports": len(records),
@@ -76,11 +95,72 @@ def run_config(runner: str, jobs: int, workdir: Path, classes_file: Path) -> dic
         "worker_rss_mb_max": max((r["worker_rss_mb"] for r in records if r.get("worker_rss_mb")), default=None),
         "statuses": {r["model"]: r["status"] for r in records},
         "load_average_before": round(load_before, 2),
+        "load_average_after": round(os.getloadavg()[0], 2),
     }
 
 
+def _dynamic_over_static(backend: str) -> float | None:
+    """Median ratio of dynamic to static export time per class, from the committed sweep records."""
+    records = [r for path in sorted(SWEEPS.glob("**/*.jsonl")) if "census" not in str(path)
+               for r in read_results(path) if r.get("backend") == backend and r.get("status") == "pass"]  # fmt: skip
+    seconds: dict[str, dict[str, float]] = {}
+    for record in merge_records(records):
+        seconds.setdefault(record["model"], {})[record["mode"]] = record.get("wall_seconds") or record["seconds"]
+    ratios = [s["dynamic"] / s["static"] for s in seconds.values() if s.get("static") and s.get("dynamic")]
+    return round(statistics.median(ratios), 2) if ratios else None
+
+
+def throughput() -> None:
+    """Exports per hour for ONNX and ExecuTorch, --jobs 1 and 2, and the whole-catalogue wall time it implies."""
+    from bot.sweep import enumerate_model_classes
+
+    catalogue = len(enumerate_model_classes())
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
+        workdir = Path(tmp)
+        for backend, classes in THROUGHPUT_CLASSES.items():
+            classes_file = workdir / f"{backend}.txt"
+            classes_file.write_text("\n".join(classes) + "\n")
+            for jobs in (1, 2):
+                run = run_config("fork", jobs, workdir, classes_file, backend)
+                run["exports_per_hour"] = round(3600 * run["exports"] / run["wall_seconds"])
+                runs.append(run)
+                print(f"{backend:10} jobs={jobs}: {run['exports_per_hour']:5d} exports/h, {run['wall_seconds']:7.1f} s "
+                      f"wall, {run['cpu_seconds']:7.1f} s CPU, load {run['load_average_before']}"
+                      f"->{run['load_average_after']}", flush=True)  # fmt: skip
+    full_sweep_hours = {}
+    for run in runs:
+        ratio = _dynamic_over_static(run["backend"])
+        static_hours = catalogue * run["wall_seconds"] / run["exports"] / 3600
+        full_sweep_hours[f"{run['backend']}-jobs{run['jobs']}"] = {
+            "static": round(static_hours, 1),
+            "dynamic (estimated)": round(static_hours * ratio, 1) if ratio else None,
+            "dynamic_over_static_ratio": ratio,
+        }
+    report = {
+        "what": "exports per hour through `exportbot sweep run --static`, warm fork worker; the full-sweep hours "
+                f"multiply the measured wall time per export by the {catalogue} auto-mapped classes",
+        "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
+                    "note": "shared machine: load averages before/after each run are recorded; wall time moves "
+                            "with other people's work, CPU seconds much less"},
+        "versions": {package: version(package) for package in ("torch", "transformers", "onnxruntime", "executorch")},
+        "classes": {backend: list(classes) for backend, classes in THROUGHPUT_CLASSES.items()},
+        "runs": runs,
+        "full_sweep_hours": full_sweep_hours,
+    }  # fmt: skip
+    THROUGHPUT_OUT.parent.mkdir(parents=True, exist_ok=True)
+    THROUGHPUT_OUT.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(full_sweep_hours, indent=2))
+    print(f"wrote {THROUGHPUT_OUT}")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--throughput", action="store_true", help="ONNX and ExecuTorch exports per hour, jobs 1 and 2")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if parser.parse_args().throughput:
+        throughput()
+        return
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         workdir = Path(tmp)
         classes_file = workdir / "classes.txt"

@@ -37,6 +37,7 @@ from exporters.base import (
 )
 from exporters.bundle import RUNTIMES
 from exporters.signature import describe_component, output_structure
+from exporters.tiny import resized_mask
 from exporters.utils import installed_patches, tracking_hits
 from exporters.validation import named_tensors
 
@@ -412,9 +413,10 @@ def second_shape_inputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> 
     passes the program's own guards; dims that are expressions of symbols (``2*s0``) follow. torch.export
     records the divisibility it relied on as guards (a Swin backbone's ``width % 4 == 0`` and more), and
     inputs violating them would compare the artifact outside the shapes it was exported for; a symbol no
-    other size satisfies stays put. Values keep the originals' character: constant tensors (attention
-    masks) stay constant, integer tensors repeat the originals' rows (ids stay in range, boxes stay
-    boxes), floats keep mean and spread. Returns None when the program has no symbolic dim.
+    other size satisfies stays put. Values keep the originals' character: padded attention masks stay padded
+    (same side, same rows), constant tensors stay constant, integer tensors repeat the originals' rows (ids
+    stay in range, boxes stay boxes), floats keep mean and spread. Returns None when the program has no
+    symbolic dim.
     """
     sizes = _user_input_sizes(program)
     hints: dict[sympy.Symbol, int] = {}
@@ -450,7 +452,8 @@ def _moved_inputs(
     for name, shape in sizes.items():
         new_shape = [int(s.node.expr.xreplace(moved)) if isinstance(s, torch.SymInt) else int(s) for s in shape]
         if new_shape != list(inputs[name].shape):
-            second[name] = _resample(inputs[name], new_shape, generator)
+            mask = resized_mask(inputs[name], new_shape) if name.endswith("attention_mask") else None
+            second[name] = mask if mask is not None else _resample(inputs[name], new_shape, generator)
     return second
 
 

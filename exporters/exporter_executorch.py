@@ -42,13 +42,20 @@ from exporters.exporter_dynamo import (
     dynamic_dim_ranges,
     second_shape_inputs,
 )
-from exporters.fx_rewrites import make_reshape_input_contiguous, spell_out_tanh_gelu
+from exporters.fx_rewrites import (
+    count_histc_by_comparison,
+    make_reshape_input_contiguous,
+    spell_out_tanh_gelu,
+    split_complex_arithmetic,
+)
+from exporters.masks import broadcast_expansion
 from exporters.signature import describe_component
 from exporters.utils import (
     apply_fx_node_fixes,
     apply_fx_program_fixes,
     installed_patches,
     register_fx_node_fix,
+    register_fx_program_fix,
     register_patch,
     tracking_hits,
 )
@@ -364,11 +371,61 @@ def _patch_xnnpack_reshape_one_dynamic_dim(original: Callable) -> Callable:
     return check_constraints
 
 
+@register_patch(
+    "executorch", "transformers.integrations.moe.ExpertsInterface.get_interface",
+    upstream="https://github.com/pytorch/executorch/issues/11320", dependency="executorch",
+)  # fmt: skip
+def _patch_moe_experts_batched_mm(original: Callable) -> Callable:
+    """Run transformers' mixture-of-experts layers with the ``batched_mm`` experts instead of ``grouped_mm``.
+
+    The ``grouped_mm`` experts sort tokens by expert and call the ``transformers::grouped_mm_fallback`` custom op
+    between ``histc`` offsets: the custom op has no ExecuTorch kernel, ``aten::sort.values`` is not in the
+    runtime's portable kernels (``Missing operator: aten::sort.values``) and ``empty_like`` of the sorted rows
+    decomposes to ``aten.empty_permuted``, which is not Core ATen. ``batched_mm`` gathers each token's expert
+    weights and multiplies in one ``bmm``: the same values, from ops every ExecuTorch backend runs. The model's
+    own setting is left alone; only the lookup answers differently while the export runs. The upstream link is
+    ExecuTorch's portable Core-ATen coverage tracker (pytorch/executorch#11320), where ``sort`` is missing.
+    """
+
+    def get_interface(self: Any, experts_implementation: str, default: Callable) -> Callable:
+        return original(self, "batched_mm" if experts_implementation == "grouped_mm" else experts_implementation, default)
+
+    return get_interface
+
+
+@register_patch(
+    "executorch", "transformers.masking_utils._vmap_expansion_sdpa",
+    upstream="https://github.com/pytorch/pytorch/issues/140849", dependency="torch",
+)  # fmt: skip
+def _patch_vmap_mask_expansion_for_executorch(original: Callable) -> Callable:
+    """Build vmap-style attention masks by broadcasting: ExecuTorch's decompositions cannot re-trace vmap.
+
+    A mask with an ``or_mask_function``/``and_mask_function`` (streaming speech encoders' chunk masks, Gemma 3's
+    image blocks) makes ``sdpa_mask`` use ``torch.vmap``; the exported graph keeps its batching calls and
+    ``to_edge_transform_and_lower`` fails with ``Either your tensor may have escaped from inside a function being
+    vmapped``. ``exporters.masks.broadcast_expansion`` gives the same mask from the index-based mask function.
+    """
+    return broadcast_expansion
+
+
 # ── Stage 4: FX program fixes ──
 # ``@register_fx_program_fix("executorch")`` on ``fix(exported_program) -> bool | None``, for repairs that need
 # the whole program (range constraints, graph signature, state dict).
 def apply_program_fixes(program: ExportedProgram) -> None:
     apply_fx_program_fixes(program, "executorch")
+
+
+@register_fx_program_fix(
+    "executorch", upstream="https://github.com/pytorch/executorch/issues/11404", dependency="executorch"
+)
+def _fix_complex_rotary_for_executorch(program: ExportedProgram) -> bool:
+    """Compute complex-valued rotary embeddings (``view_as_complex``, ``polar``) on pairs of reals.
+
+    ExecuTorch's kernels and delegates have no complex dtype (pytorch/executorch#11404, portable complex
+    support), so Llama 4's and DeepSeek-V2's ``view_as_complex(q) * polar(1, angle)`` cannot run. The product
+    is a rotation of (x0, x1) pairs; ``exporters.fx_rewrites.split_complex_arithmetic`` writes it with real ops.
+    """
+    return split_complex_arithmetic(program.graph_module) > 0
 
 
 # ── Stage 5: FX node fixes ──
@@ -390,6 +447,18 @@ def _fix_strided_reshape_input(graph_module: torch.fx.GraphModule, node: torch.f
     ``contiguous`` first pins the layout, which is what eager's reshape of a strided tensor does anyway.
     """
     return make_reshape_input_contiguous(graph_module, node)
+
+
+@register_fx_node_fix("executorch", upstream="https://github.com/pytorch/pytorch/issues/158113", dependency="executorch")
+def _fix_histc_not_core_aten(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Count ``histc`` bins with compares and a sum: ``aten.histc`` is not in the Core ATen opset.
+
+    Mixture-of-experts routers count tokens per expert with ``torch.histc(expert_ids, bins=num_experts, min=0,
+    max=num_experts - 1)`` (transformers' grouped-mm experts, every MoE family that uses them, and the aux-loss
+    helpers); ExecuTorch's edge verifier rejects it with ``Operator torch._ops.aten.histc.default is not in Core
+    ATen opset`` and ExecuTorch has no decomposition for it. The rewrite bins exactly as ATen's CPU kernel does.
+    """
+    return count_histc_by_comparison(graph_module, node)
 
 
 @register_fx_node_fix(

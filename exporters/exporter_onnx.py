@@ -4,7 +4,8 @@ Stages, each under its banner below (``grep -nE "^def (_patch_|_fix_|_aten_)"`` 
 
 1. Torch patches — ``@register_patch("onnx", ...)`` for torch ops the ONNX exporter cannot translate.
 2. ONNX patches — a hook that re-runs the FX node fixes right after torch.onnx's ``run_decompositions``.
-3. FX node fixes — ``@register_fx_node_fix("onnx")`` for nodes the ONNX exporter cannot lower.
+3. FX fixes — ``@register_fx_program_fix("onnx")`` on the whole program, then ``@register_fx_node_fix("onnx")``
+   on each node, for what the ONNX exporter cannot lower.
 4. ONNX translations — ``_ONNX_TRANSLATION_TABLE``: aten op → custom onnxscript function ``_aten_*``.
 5. ONNX IR fixes — ``_IR_FIXES``: ``_fix_ir_*`` functions rewriting the finished model for ONNX Runtime.
 
@@ -28,15 +29,18 @@ import torch
 from exporters.base import ExportResult, config_as_dict, start_export
 from exporters.bundle import RUNTIMES, ComponentSpec
 from exporters.exporter_dynamo import DynamoConfig, DynamoExporter, describe_export, second_shape_inputs
-from exporters.fx_rewrites import feed_contiguous, make_reshape_input_contiguous
+from exporters.fx_rewrites import feed_contiguous, make_reshape_input_contiguous, split_complex_arithmetic
+from exporters.masks import broadcast_expansion
 from exporters.signature import describe_component, user_input_placeholders
 from exporters.utils import (
     Workaround,
     announce_workaround,
     apply_fx_node_fixes,
+    apply_fx_program_fixes,
     installed_patches,
     record_hit,
     register_fx_node_fix,
+    register_fx_program_fix,
     register_patch,
     tracking_hits,
 )
@@ -92,6 +96,7 @@ class OnnxExporter:
         with tracking_hits(run.hits), installed_patches("onnx", self.config.without):
             program = dynamo.export_program(model, inputs, clock)
             with clock("fx node fixes"):
+                apply_fx_program_fixes(program, "onnx")
                 apply_fx_node_fixes(program.graph_module, "onnx")
             with clock("torch.onnx.export"):
                 onnx_program = torch.onnx.export(
@@ -235,6 +240,21 @@ def _patch_sdpa_boolean_mask(original: Callable) -> Callable:
     return sdpa
 
 
+@register_patch(
+    "onnx", "transformers.masking_utils._vmap_expansion_sdpa",
+    upstream="https://github.com/pytorch/pytorch/issues/140849", dependency="torch",
+)  # fmt: skip
+def _patch_vmap_mask_expansion_for_onnx(original: Callable) -> Callable:
+    """Build vmap-style attention masks by broadcasting: torch.onnx's decompositions cannot re-trace vmap.
+
+    A mask with an ``or_mask_function``/``and_mask_function`` (Gemma 3's bidirectional image blocks) makes
+    ``sdpa_mask`` use ``torch.vmap``; the exported graph keeps ``_vmap_increment_nesting``/``_add_batch_dim`` and
+    torch.onnx's ``run_decompositions`` fails on ``aten.new_ones`` of the batched tensor (``Either your tensor may
+    have escaped from inside a function being vmapped``). ``exporters.masks.broadcast_expansion`` gives the same
+    mask from the index-based mask function.
+    """
+    return broadcast_expansion
+
 
 # ── Stage 2: ONNX patches ──
 # torch.onnx.export runs its own run_decompositions with the ONNX decomposition table; that can introduce new
@@ -316,6 +336,18 @@ def _fix_view_of_transposed(graph_module: torch.fx.GraphModule, node: torch.fx.N
         return False
     feed_contiguous(graph_module, node, source)
     return True
+
+
+@register_fx_program_fix("onnx", upstream="https://github.com/pytorch/pytorch/issues/126972", dependency="torch")
+def _fix_complex_rotary_for_onnx(program: Any) -> bool:
+    """Compute complex-valued rotary embeddings (``view_as_complex``, ``polar``) on pairs of reals.
+
+    torch.onnx has no translation for most ops on complex values: Llama 4's and DeepSeek-V2's
+    ``freqs_cis[:, :, None, :]`` fails with ``No ONNX function found for aten.unsqueeze ... complex-valued
+    input`` (pytorch/pytorch#126972). The product is a rotation of (x0, x1) pairs; run once on the whole
+    program before the node fixes, ``exporters.fx_rewrites.split_complex_arithmetic`` writes it with real ops.
+    """
+    return split_complex_arithmetic(program.graph_module) > 0
 
 
 # ── Stage 4: ONNX translations ──

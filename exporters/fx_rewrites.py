@@ -6,9 +6,14 @@ fixed); the rewrite it performs lives here once.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
+from torch._guards import detect_fake_mode
 
 
 def make_reshape_input_contiguous(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
@@ -60,3 +65,191 @@ def spell_out_tanh_gelu(graph_module: torch.fx.GraphModule, node: torch.fx.Node)
     node.replace_all_uses_with(result)
     graph.erase_node(node)
     return True
+
+
+def emitter(graph_module: torch.fx.GraphModule, anchor: torch.fx.Node) -> Callable[..., torch.fx.Node]:
+    """``emit(target, *args, **kwargs)``: a new ``call_function`` node inserted before ``anchor``, its
+    ``meta["val"]`` computed by running ``target`` on the fake values of its inputs (so later passes and the
+    re-trace see true shapes and dtypes, also symbolic ones)."""
+    fake_mode = detect_fake_mode([n.meta.get("val") for n in anchor.all_input_nodes])
+
+    def emit(target: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
+        with graph_module.graph.inserting_before(anchor):
+            created = graph_module.graph.call_function(target, args, kwargs)
+        fake_args, fake_kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta["val"], (args, kwargs))
+        with fake_mode if fake_mode is not None else contextlib.nullcontext():
+            created.meta["val"] = target(*fake_args, **fake_kwargs)
+        return created
+
+    return emit
+
+
+def _argument(node: torch.fx.Node, index: int, name: str, default: Any) -> Any:
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
+
+
+def count_histc_by_comparison(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Replace ``aten.histc(x, bins, min, max)`` with fixed bounds by compare-and-sum over the bins.
+
+    The bin of an element is ``floor((x - min) * bins / (max - min))`` (``x == max`` in the last bin, elements
+    outside ``[min, max]`` dropped), which is how ATen's CPU kernel bins; counting is ``(bin == arange(bins))``
+    summed over the elements, all Core ATen ops that every backend runs. ``min == max`` means bounds taken from
+    the data, which is left alone. Returns True when it rewrote ``node``.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten.histc.default:
+        return False
+    bins, low, high = _argument(node, 1, "bins", 100), _argument(node, 2, "min", 0), _argument(node, 3, "max", 0)
+    if not all(isinstance(v, (int, float)) for v in (bins, low, high)) or not high > low:
+        return False
+    aten, emit, value = torch.ops.aten, emitter(graph_module, node), node.meta["val"]
+    flat = emit(aten.reshape.default, node.args[0], [-1])
+    scaled = emit(aten.div.Tensor, emit(aten.mul.Tensor, emit(aten.sub.Tensor, flat, low), bins), high - low)
+    index = emit(aten.clamp.default, emit(aten.floor.default, scaled), 0, bins - 1)
+    inside = emit(aten.logical_and.default, emit(aten.ge.Scalar, flat, low), emit(aten.le.Scalar, flat, high))
+    edges = emit(aten.arange.start_step, 0, bins, dtype=value.dtype, device=value.device)
+    hits = emit(aten.eq.Tensor, emit(aten.unsqueeze.default, index, -1), edges)
+    hits = emit(aten.logical_and.default, hits, emit(aten.unsqueeze.default, inside, -1))
+    counts = emit(aten.sum.dim_IntList, emit(aten._to_copy.default, hits, dtype=value.dtype), [0])
+    node.replace_all_uses_with(counts)
+    graph_module.graph.erase_node(node)
+    return True
+
+
+# ── Complex arithmetic as pairs of reals ──
+_REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float16}
+
+
+def _is_complex(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype.is_complex
+
+
+def _touches_complex(node: torch.fx.Node) -> bool:
+    return _is_complex(node.meta.get("val")) or any(_is_complex(n.meta.get("val")) for n in node.all_input_nodes)
+
+
+def _dim_of_pair(dim: int) -> int:
+    """A complex tensor's dim as a dim of its (..., 2) real view: negative dims move one to the left."""
+    return dim - 1 if dim < 0 else dim
+
+
+def _real_tensor_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    dtype = kwargs.get("dtype")
+    return {**kwargs, "dtype": _REAL_OF[dtype]} if dtype in _REAL_OF else dict(kwargs)
+
+
+def _complex_rules() -> dict[Any, Callable[..., Any]]:
+    """aten op → ``rule(emit, pair, node)`` giving the node's (..., 2) real value (or, for ``view_as_real``, its
+    real result). ``pair(arg)`` is the real pair of a complex argument, or the argument itself."""
+    aten = torch.ops.aten
+
+    def polar(emit: Callable, pair: Callable, node: torch.fx.Node) -> Any:
+        magnitude, angle = node.args[:2]
+        real = emit(aten.mul.Tensor, magnitude, emit(aten.cos.default, angle))
+        imaginary = emit(aten.mul.Tensor, magnitude, emit(aten.sin.default, angle))
+        return emit(aten.stack.default, [real, imaginary], -1)
+
+    def mul(emit: Callable, pair: Callable, node: torch.fx.Node) -> Any:
+        left, right = node.args[:2]
+        if not _is_complex(getattr(left, "meta", {}).get("val")):
+            left, right = right, left
+        if not _is_complex(getattr(right, "meta", {}).get("val")):  # complex times real: scale both parts
+            factor = emit(aten.unsqueeze.default, right, -1) if isinstance(right, torch.fx.Node) else right
+            return emit(aten.mul.Tensor, pair(left), factor)
+        a, b = pair(left), pair(right)
+        ar, ai = emit(aten.select.int, a, -1, 0), emit(aten.select.int, a, -1, 1)
+        br, bi = emit(aten.select.int, b, -1, 0), emit(aten.select.int, b, -1, 1)
+        real = emit(aten.sub.Tensor, emit(aten.mul.Tensor, ar, br), emit(aten.mul.Tensor, ai, bi))
+        imaginary = emit(aten.add.Tensor, emit(aten.mul.Tensor, ar, bi), emit(aten.mul.Tensor, ai, br))
+        return emit(aten.stack.default, [real, imaginary], -1)
+
+    def add_like(emit: Callable, pair: Callable, node: torch.fx.Node) -> Any:
+        return emit(node.target, pair(node.args[0]), pair(node.args[1]), **node.kwargs)
+
+    def same_op(emit: Callable, pair: Callable, node: torch.fx.Node) -> Any:
+        return emit(node.target, pair(node.args[0]), *node.args[1:], **_real_tensor_kwargs(node.kwargs))
+
+    def with_dim(emit: Callable, pair: Callable, node: torch.fx.Node) -> Any:
+        return emit(node.target, pair(node.args[0]), _dim_of_pair(node.args[1]), *node.args[2:], **node.kwargs)
+
+    def with_shape(emit: Callable, pair: Callable, node: torch.fx.Node) -> Any:
+        return emit(node.target, pair(node.args[0]), [*node.args[1], 2], *node.args[2:])
+
+    def transpose(emit: Callable, pair: Callable, node: torch.fx.Node) -> Any:
+        return emit(node.target, pair(node.args[0]), _dim_of_pair(node.args[1]), _dim_of_pair(node.args[2]))
+
+    def permute(emit: Callable, pair: Callable, node: torch.fx.Node) -> Any:
+        rank = node.meta["val"].dim()
+        return emit(node.target, pair(node.args[0]), [d % rank for d in node.args[1]] + [rank])
+
+    def cat(emit: Callable, pair: Callable, node: torch.fx.Node) -> Any:
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        return emit(node.target, [pair(t) for t in node.args[0]], _dim_of_pair(dim))
+
+    return {
+        aten.polar.default: polar,
+        aten.view_as_complex.default: lambda emit, pair, node: node.args[0],
+        aten.view_as_real.default: lambda emit, pair, node: pair(node.args[0]),
+        aten.mul.Tensor: mul,
+        aten.add.Tensor: add_like,
+        aten.sub.Tensor: add_like,
+        aten.unsqueeze.default: with_dim,
+        aten.select.int: with_dim,
+        aten.slice.Tensor: with_dim,
+        aten.squeeze.dim: with_dim,
+        aten.transpose.int: transpose,
+        aten.permute.default: permute,
+        aten.expand.default: with_shape,
+        aten.reshape.default: with_shape,
+        aten.view.default: with_shape,
+        aten.cat.default: cat,
+        aten.clone.default: same_op,
+        aten.alias.default: same_op,
+        aten.contiguous.default: same_op,
+        aten.to.dtype_layout: same_op,
+        aten.to.device: same_op,
+        aten._to_copy.default: same_op,
+    }
+
+
+def _rewritable(node: torch.fx.Node, rules: dict[Any, Callable]) -> bool:
+    if node.op == "call_function" and node.target is torch.ops.aten._assert_tensor_metadata.default:
+        return True
+    if node.op != "call_function" or node.target not in rules:
+        return False  # a complex placeholder (constant), output or op without a rule: leave the graph alone
+    if node.target is torch.ops.aten.mul.Tensor and not _is_complex(node.meta.get("val")):
+        return False
+    if node.target in (torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor):
+        return all(_is_complex(getattr(a, "meta", {}).get("val")) for a in node.args[:2])
+    return True
+
+
+def split_complex_arithmetic(graph_module: torch.fx.GraphModule) -> int:
+    """Rewrite complex-valued arithmetic as arithmetic on (..., 2) real pairs; returns how many nodes it rewrote.
+
+    Complex rotary embeddings (``view_as_complex`` of (x0, x1) pairs times ``polar(1, angle)``, then
+    ``view_as_real``) are ordinary rotations: the real form is ``torch.view_as_real``'s own layout, so
+    ``view_as_complex`` becomes the identity, ``polar`` a stack of cos and sin, a complex product the four real
+    products, and shape ops keep the trailing pair dim. All or nothing: if one complex value is made or used
+    by anything without a rule (a complex constant, a graph output, an op such as ``fft``), nothing changes
+    and the backend reports its own error.
+    """
+    graph, rules = graph_module.graph, _complex_rules()
+    touched = [node for node in graph.nodes if _touches_complex(node)]
+    if not touched or not all(_rewritable(node, rules) for node in touched):
+        return 0
+    pairs: dict[torch.fx.Node, Any] = {}
+    for node in touched:
+        if node.target is torch.ops.aten._assert_tensor_metadata.default:
+            continue  # it checks the complex value that goes away; erased below
+        emit = emitter(graph_module, node)
+        result = rules[node.target](emit, lambda arg: pairs.get(arg, arg), node)
+        if _is_complex(node.meta.get("val")):
+            pairs[node] = result
+        else:
+            node.replace_all_uses_with(result)
+    for node in reversed(touched):
+        if node.target is torch.ops.aten._assert_tensor_metadata.default or not node.users:
+            graph.erase_node(node)
+    graph.eliminate_dead_code()
+    graph_module.recompile()
+    return len(touched)

@@ -12,6 +12,8 @@ any degenerate output as inconclusive.
 from __future__ import annotations
 
 import inspect
+import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,9 @@ _RANK_FIELDS = {"kv_lora_rank": 2 * HEAD_DIM, "q_lora_rank": 4 * HEAD_DIM}
 _NONE_FILL = {
     "head_dim": HEAD_DIM, "vocab_size": VOCAB, "n_routed_experts": EXPERTS, "num_experts_per_tok": 2,
     "n_shared_experts": 1, "pad_token_id": 1,
+    # Left for the checkpoint to set although every layer builds with them (DiffusionGemma's router, Hiera's decoder).
+    "num_experts": EXPERTS, "top_k_experts": 2, "moe_intermediate_size": INTERMEDIATE, "decoder_hidden_size": HIDDEN,
+    "decoder_depth": 1, "decoder_num_heads": HEADS,
 }
 _FIXED: dict[str, Any] = {
     "max_position_embeddings": lambda old: min(old, 128) if isinstance(old, int) else old,
@@ -74,6 +79,8 @@ _FIXED: dict[str, Any] = {
     "topk_group": lambda old: 1 if isinstance(old, int) else old,
     "n_shared_experts": lambda old: min(old, 1) if isinstance(old, int) else old,
     "num_latents": lambda old: min(old, 16) if isinstance(old, int) else old,  # Perceiver latent array
+    # Detection queries pick the top-k of the encoder's anchors, of which a 32-pixel image has a few dozen.
+    "num_queries": lambda old: min(old, 10) if isinstance(old, int) else old,
 }
 MAX_LAYERS = 8  # hybrid stacks keep the shortest prefix holding every layer kind, up to this many layers
 
@@ -100,25 +107,35 @@ def _sub_configs(config: Any) -> list[Any]:
     return found
 
 
-def shrink_config(config: Any) -> Any:
+def shrink_config(config: Any, keep_stage_widths: bool = False) -> Any:
     """Shrink the generic size fields of ``config`` and of every nested sub-config, consistently.
 
     The fields are first shrunk in place; the config is then rebuilt from its constructor so that the
     values its ``__post_init__`` derives from them (head dims, per-layer type lists, projection sizes)
-    follow the new sizes instead of keeping the full-size ones.
+    follow the new sizes instead of keeping the full-size ones. ``keep_stage_widths`` leaves per-stage width
+    lists (``hidden_sizes``, ...) at their defaults, for models whose other channel fields must match them.
     """
     import copy
 
     for name, sub in _sub_configs(config):
-        setattr(config, name, shrink_config(sub))
+        setattr(config, name, shrink_config(sub, keep_stage_widths))
     before = {k: v for k, v in vars(config).items() if not isinstance(v, torch.nn.Module)}
     before = copy.deepcopy({k: v for k, v in before.items() if k not in dict(_sub_configs(config))})
     per_layer = _per_layer_overrides(config)
-    _shrink_fields(config)
+    _shrink_fields(config, keep_stage_widths)
     if per_layer is not None:  # heterogeneous configs: every layer's overrides are shrunk by the same rules
         layers = next((vars(config)[f] for f in _LAYER_FIELDS if isinstance(vars(config).get(f), int)), 0)
         per_layer = {i: _shrunk_overrides(o) for i, o in per_layer.items() if i < layers}
-    return _rebuild(config, before, per_layer)
+    return _fill_missing(_rebuild(config, before, per_layer))
+
+
+def _fill_missing(config: Any) -> Any:
+    """Fields some configs lack although their model reads them (MoonshineStreaming's decoder attention reads
+    ``num_key_value_heads``): set after the rebuild, which keeps declared fields only."""
+    fields = vars(config)
+    if "num_key_value_heads" not in fields and isinstance(fields.get("num_attention_heads"), int):
+        config.num_key_value_heads = fields["num_attention_heads"]  # one key per head: plain multi-head attention
+    return config
 
 
 def _per_layer_overrides(config: Any) -> dict[int, dict[str, Any]] | None:
@@ -142,7 +159,7 @@ def _ints(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, int) for v in value)
 
 
-def _shrink_fields(config: Any) -> None:
+def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
     fields = vars(config)
     old_layers = next((fields[f] for f in _LAYER_FIELDS if isinstance(fields.get(f), int)), None)
     old_hidden = next((fields[f] for f in _HIDDEN_FIELDS if isinstance(fields.get(f), int)), None)
@@ -155,11 +172,19 @@ def _shrink_fields(config: Any) -> None:
     for name in _HIDDEN_FIELDS:
         if isinstance(fields.get(name), int) and fields[name] > HIDDEN:
             setattr(config, name, HIDDEN)
+    width = next((fields[f] for f in _HIDDEN_FIELDS if isinstance(fields.get(f), int)), None)
+    if old_hidden and width and fields.get("embedding_size") == old_hidden:  # tied to the width (SqueezeBert)
+        config.embedding_size = width
+    elif width and isinstance(fields.get("embedding_size"), int) and fields["embedding_size"] > width:
+        config.embedding_size = width // 2  # a narrower embedding projected up (MobileBert: hidden - embedding)
+    axial = fields.get("axial_pos_embds_dim")
+    if _ints(axial) and old_hidden and sum(axial) == old_hidden and width:  # Reformer: the parts sum to the width
+        config.axial_pos_embds_dim = type(axial)([width // 2, width - width // 2])
     per_stage_heads = any(_ints(fields.get(f)) for f in _HEAD_FIELDS)
     if isinstance(fields.get("embed_dim"), int):
         if per_stage_heads:  # hierarchical (Swin-like): stage widths embed_dim * 2**i must divide by heads
             heads = max(max(fields[f]) for f in _HEAD_FIELDS if _ints(fields.get(f)))
-            config.embed_dim = max(fields["embed_dim"] // 8, heads)
+            config.embed_dim = -(-max(fields["embed_dim"] // 8, heads) // heads) * heads  # a multiple (Swin2SR: 6)
         elif fields["embed_dim"] > HIDDEN:
             config.embed_dim = HIDDEN
     for name in _HEAD_FIELDS:
@@ -169,6 +194,8 @@ def _shrink_fields(config: Any) -> None:
         heads = next((fields[f] for f in _HEAD_FIELDS if isinstance(fields.get(f), int)), HEADS)
         # Multi-head latent attention expands its latents to one key per query head: no grouping there.
         config.num_key_value_heads = heads if multi_head_latent else min(KV_HEADS, heads)
+    elif "num_key_value_heads" in fields and fields["num_key_value_heads"] is None:  # None: one per query head
+        config.num_key_value_heads = next((fields[f] for f in _HEAD_FIELDS if isinstance(fields.get(f), int)), HEADS)
     if isinstance(fields.get("coordinate_size"), int) and isinstance(fields.get("shape_size"), int):
         config.coordinate_size, config.shape_size = HIDDEN // 8, HIDDEN // 4  # 4 * coordinate + 2 * shape = hidden
     if isinstance(fields.get("d_kv"), int):
@@ -204,10 +231,14 @@ def _shrink_fields(config: Any) -> None:
     for name in list(fields):  # depthwise convolutions (``upsample_groups``: one group per hidden channel)
         if name.endswith("groups") and isinstance(fields[name], int) and old_hidden and fields[name] == old_hidden:
             setattr(config, name, getattr(config, next(f for f in _HIDDEN_FIELDS if isinstance(fields.get(f), int))))
-    for name in _LIST_WIDTH_FIELDS:  # per-stage widths: multiples of 8 so that heads and conv groups divide
+    stage_heads = next((fields[f] for f in _HEAD_FIELDS if _ints(fields.get(f))), None)
+    for name in () if keep_stage_widths else _LIST_WIDTH_FIELDS:  # per-stage widths: multiples of 8 (heads, groups)
         if _ints(fields.get(name)):
             old_first = fields[name][0]
-            setattr(config, name, type(fields[name])(max(8, -(-v // 64) * 8) for v in fields[name]))
+            widths = [max(8, -(-v // 64) * 8) for v in fields[name]]
+            if stage_heads is not None and len(stage_heads) == len(widths):  # and of each stage's heads (GLPN: 5)
+                widths = [-(-w // math.lcm(8, h)) * math.lcm(8, h) for w, h in zip(widths, stage_heads, strict=True)]
+            setattr(config, name, widths)  # a list: models prepend to it (ConvNext's backbone), tuples refuse
             if fields.get("stem_out_channels") == old_first:  # the stem feeds the first stage (TextNet)
                 config.stem_out_channels = fields[name][0]
     if isinstance(fields.get("dim_bbox"), int):  # Bros: hidden // 4 // dim_bbox sinusoid dims, at least 2
@@ -220,9 +251,14 @@ def _shrink_fields(config: Any) -> None:
     for name in _ONE_FIELDS:
         if isinstance(fields.get(name), float):
             setattr(config, name, 1.0)
+    old_positions = fields.get("max_position_embeddings")
     for name, rule in _FIXED.items():
         if name in fields:
             setattr(config, name, rule(fields[name]))
+    shape = fields.get("axial_pos_shape")
+    if _ints(shape) and len(shape) == 2 and math.prod(shape) == old_positions != fields["max_position_embeddings"]:
+        side = 2 ** (int(math.log2(fields["max_position_embeddings"])) // 2)  # Reformer: the factors multiply to it
+        config.axial_pos_shape = type(shape)([side, fields["max_position_embeddings"] // side])
     _truncate_per_layer_lists(config, old_layers)
     _shrink_rope_sections(config)
     _shrink_images(config)
@@ -395,12 +431,38 @@ def build_tiny(
     """Build class ``name`` tiny and random, with sample inputs derived from its forward signature.
 
     ``config`` (already small) replaces the shrunk default config: a ledger reproducer's overrides.
-    ``image_size`` sets the (vision) config's ``image_size``, so position tables and samples follow it.
+    ``image_size`` sets the (vision) config's ``image_size``, so position tables and samples follow it. Otherwise,
+    models with per-stage width lists (CNN and detection backbones) are shrunk fully first and, if that model
+    cannot be built or run on its inputs, again with the stage widths at their defaults: their other channel
+    fields (``stage_out_channels``, a detector's ``encoder_in_channels``) must match those widths, and no rule
+    can know each family's. Other models are built once.
     ``overrides`` set config fields after shrinking (a generation check sets a short ``sliding_window`` so
     that the window is exercised within a few tokens); fields the config does not have are ignored.
     """
     cls = model_class(name)
-    config = shrink_config(cls.config_class()) if config is None else config
+    if config is not None:
+        return _build(cls, config, seed, batch, sequence, image_size, overrides)
+    staged = _has_stage_widths(cls.config_class())
+    try:
+        tiny = _build(cls, shrink_config(cls.config_class()), seed, batch, sequence, image_size, overrides)
+        if staged:
+            _run_once(tiny)
+        return tiny
+    except Exception:
+        if not staged:
+            raise
+        first = sys.exc_info()
+    try:
+        wide = shrink_config(cls.config_class(), keep_stage_widths=True)
+        return _build(cls, wide, seed, batch, sequence, image_size, overrides)
+    except Exception:
+        raise first[1].with_traceback(first[2]) from None  # the fully shrunk model's error is the one to fix
+
+
+def _build(
+    cls: type, config: Any, seed: int, batch: int, sequence: int, image_size: int | None,
+    overrides: dict[str, Any] | None = None,
+) -> TinyModel:
     if image_size is not None and hasattr(_vision(config), "image_size"):
         _vision(config).image_size = image_size
     for field_name, value in (overrides or {}).items():
@@ -410,7 +472,21 @@ def build_tiny(
     torch.manual_seed(seed)
     model = cls(config).eval()
     _break_router_ties(model, seed)
+    languages = getattr(config, "languages", None)
+    if hasattr(model, "set_default_language") and languages:  # X-MOD routes through one adapter per language
+        model.set_default_language(languages[0])
     return TinyModel(model, sample_inputs(model, batch=batch, sequence=sequence, seed=seed))
+
+
+def _has_stage_widths(config: Any) -> bool:
+    return any(_ints(vars(config).get(f)) for f in _LIST_WIDTH_FIELDS) or any(
+        _has_stage_widths(sub) for _, sub in _sub_configs(config)
+    )
+
+
+def _run_once(tiny: TinyModel) -> None:
+    with torch.no_grad():
+        tiny.model(**tiny.inputs)
 
 
 def _break_router_ties(model: torch.nn.Module, seed: int) -> None:
@@ -478,12 +554,14 @@ def _input_features(
     return torch.randn(batch, 32, width, generator=generator)
 
 
-def _make(name: str, config: Any, batch: int, sequence: int, generator: torch.Generator) -> torch.Tensor | None:
+def _make(
+    name: str, config: Any, batch: int, sequence: int, generator: torch.Generator, side: str = "right"
+) -> torch.Tensor | None:
     vocab = _vocab(config)
     if name.endswith("input_ids"):  # input_ids, decoder_input_ids, qformer_input_ids
         return torch.randint(3, vocab, (batch, sequence), generator=generator)
     if name in ("attention_mask", "decoder_attention_mask"):
-        return torch.ones(batch, sequence, dtype=torch.long)
+        return padded_mask(batch, sequence, side)
     if name == "token_type_ids":
         types = getattr(config, "type_vocab_sizes", None)  # table models: one type id per column kind
         shape = (batch, sequence, len(types)) if isinstance(types, (list, tuple)) else (batch, sequence)
@@ -503,6 +581,70 @@ def _make(name: str, config: Any, batch: int, sequence: int, generator: torch.Ge
         corners = torch.randint(0, 500, (batch, sequence, 2), generator=generator)
         return torch.cat([corners, corners + 100], dim=-1)
     return None
+
+
+# ── Padded attention masks ──
+# All-ones masks hide every masking bug (a sign-flipped ``1 - mask`` gives the same zeros): sample masks pad
+# every other row, as a batch of prompts of different lengths does. Decoder-only models are padded on the left
+# (as for generation), every other model on the right. ``resized_mask`` keeps that pattern at another shape.
+def padding_side(model: torch.nn.Module) -> str:
+    """``left`` for decoder-only language models (a causal-LM class, or a model of a family that has one and
+    no masked-LM head), ``right`` for encoders, encoder-decoders and everything else."""
+    config = model.config
+    if getattr(config, "is_encoder_decoder", False):
+        return "right"
+    from transformers.models.auto import modeling_auto
+
+    causal = modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    masked = modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    model_type = getattr(config, "model_type", None)
+    if type(model).__name__ in causal.values() or (model_type in causal and model_type not in masked):
+        return "left"
+    return "right"
+
+
+def padded_mask(batch: int, sequence: int, side: str, pads: int | None = None) -> torch.Tensor:
+    """``(batch, sequence)`` mask of ones, with the odd rows padded by ``pads`` zeros (a quarter of the sequence
+    by default, at least one) on ``side``; every row keeps at least one token."""
+    mask = torch.ones(batch, sequence, dtype=torch.long)
+    count = min(max(1, sequence // 4) if pads is None else pads, sequence - 1)
+    if count > 0:
+        columns = slice(0, count) if side == "left" else slice(sequence - count, sequence)
+        mask[1::2, columns] = 0
+    return mask
+
+
+def _padding_of(row: torch.Tensor) -> tuple[str, int] | None:
+    """(side, pads) of a 0/1 row that is ones with contiguous zeros at one end; None for any other row."""
+    zeros = int((row == 0).sum())
+    if zeros == 0:
+        return "right", 0
+    if zeros < row.numel() and bool((row[:zeros] == 0).all()):
+        return "left", zeros
+    if zeros < row.numel() and bool((row[-zeros:] == 0).all()):
+        return "right", zeros
+    return None
+
+
+def resized_mask(original: torch.Tensor, shape: list[int]) -> torch.Tensor | None:
+    """``original`` (a padded 2-d mask) at ``shape``: row ``i`` pads like original row ``i % batch``, on the same
+    side, by as many zeros (fewer when the new row would have no token left). None when ``original`` is not a
+    padded mask (3-d, values other than 0/1, holes), so the caller resamples it another way."""
+    if original.dim() != 2 or len(shape) != 2 or original.is_floating_point() or original.numel() == 0:
+        return None
+    if not bool(((original == 0) | (original == 1)).all()):
+        return None
+    rows = [_padding_of(row) for row in original]
+    if any(row is None for row in rows):
+        return None
+    batch, sequence = shape
+    mask = torch.ones(batch, sequence, dtype=original.dtype)
+    for index in range(batch):
+        side, pads = rows[index % len(rows)]
+        count = min(pads, sequence - 1)
+        if count > 0:
+            mask[index, slice(0, count) if side == "left" else slice(sequence - count, sequence)] = 0
+    return mask
 
 
 def _width(config: Any) -> int:
@@ -603,7 +745,7 @@ def sample_inputs(
         if value is None and name == "input_features":
             value = _input_features(config, batch, generator, model)
         if value is None:
-            value = _make(name, config, batch, sequence, generator)
+            value = _make(name, config, batch, sequence, generator, padding_side(model))
         if value is None and name.endswith("_mask") and primary in ("input_ids", "input_features"):
             value = torch.ones(inputs[primary].shape[:2], dtype=torch.long)  # a required mask: nothing masked
         if value is None:

@@ -142,23 +142,33 @@ def _degenerate(expected: torch.Tensor, atol: float) -> str:
 
 
 def compare_output(name: str, expected: torch.Tensor, actual: Any, atol: float, rtol: float) -> OutputCheck:
-    """Compare one output; every element must satisfy ``|a - e| <= atol + rtol * |e|``."""
+    """Compare one output; every element must satisfy ``|a - e| <= atol + rtol * |e|``.
+
+    A NaN or inf in the artifact where eager is finite is a mismatch; where eager itself is NaN or inf the
+    artifact must give the same value there (an inf accepts no finite answer, which ``inf <= atol + rtol *
+    inf`` would), and the output is then inconclusive at best.
+    """
     actual = torch.as_tensor(actual)
     if tuple(actual.shape) != tuple(expected.shape):
         return OutputCheck(name, MISMATCH, None, None, f"shape {list(actual.shape)} != eager {list(expected.shape)}")
+    if expected.numel() == 0:
+        return OutputCheck(name, PASS, 0.0, 0.0, "empty")
     expected_f = expected.detach().to(torch.float64).cpu()
     actual_f = actual.detach().to(torch.float64).cpu()
-    eager_max = expected_f.abs().max().item() if expected_f.numel() else 0.0
-    if expected_f.numel() == 0:
-        return OutputCheck(name, PASS, 0.0, 0.0, "empty")
+    finite = torch.isfinite(expected_f)
     diff = (actual_f - expected_f).abs()
-    max_diff = diff.max().item()
-    allowed = atol + rtol * expected_f.abs()
-    bad = ~(diff <= allowed)  # NaN in actual counts as bad
-    if bad.any():
+    close = torch.where(
+        finite,
+        diff <= atol + rtol * expected_f.abs(),  # False for a NaN in actual
+        (actual_f == expected_f) | (actual_f.isnan() & expected_f.isnan()),
+    )
+    max_diff = diff[finite].max().item() if finite.any() else 0.0
+    eager_max = expected_f[finite].abs().max().item() if finite.any() else 0.0
+    if not close.all():
+        bad = int((~close).sum())
         return OutputCheck(
             name, MISMATCH, max_diff, eager_max,
-            f"{int(bad.sum())} of {bad.numel()} elements off (max abs diff {max_diff:.3g}, atol {atol:g}, rtol {rtol:g})",
+            f"{bad} of {close.numel()} elements off (max abs diff {max_diff:.3g}, atol {atol:g}, rtol {rtol:g})",
         )
     reason = _degenerate(expected, atol)
     if reason:

@@ -52,3 +52,18 @@ def et_export():
         return cached
 
     return export
+
+
+@pytest.fixture(scope="session")
+def matches_eager():
+    """``matches_eager(result, run, inputs=None)``: ``run`` (an artifact loaded back from disk) gives the eager
+    model's values for every output, within the export's tolerances; the report's problems otherwise."""
+    from exporters.validation import PASS, check_shape
+
+    def check(result, run, inputs=None):
+        inputs = result.inputs if inputs is None else inputs
+        shape = check_shape("saved file", inputs, lambda kw: result.model(**kw), run, result.atol, result.rtol)
+        assert shape.status == PASS, [(c.name, c.status, c.detail) for c in shape.outputs]
+        return shape
+
+    return check

@@ -5,7 +5,7 @@ test our guesses about it. Here the real client sends real requests over a socke
 timeouts, ETags, rate-limit headers and error mapping are exercised exactly as in production.
 
 The responses carry the fields and types of GitHub's published OpenAPI schemas
-(``shared/reference/github-rest-openapi-subset.json``; ``tests/test_tracker.py`` checks them). URLs in
+(``tests/data/github-rest-openapi-subset.json``, vendored; ``tests/test_tracker.py`` checks them). URLs in
 payloads that the client follows (``url``, ``*_url`` API links) point back at this server; web links
 (``html_url``) use ``web_url``, ``https://github.com`` by default.
 

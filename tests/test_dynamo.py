@@ -165,11 +165,20 @@ def test_nondeterministic_eager_is_reported():
     assert report.status == "nondeterministic"
 
 
-def test_save_writes_pt2_and_summary(tmp_path: Path, tiny_llama):
+def _loaded_runner(path: Path):
+    """The saved program, loaded back from disk, as a runner of flat output tensors."""
+    import torch.utils._pytree as pytree
+
+    module = torch.export.load(str(path)).module()
+    return lambda kw: [t for t in pytree.tree_leaves(module(**kw)) if isinstance(t, torch.Tensor)]
+
+
+def test_save_writes_pt2_and_summary(tmp_path: Path, tiny_llama, matches_eager):
     result = DynamoExporter().export(tiny_llama.model, tiny_llama.inputs, validate=True)
     files = result.save(tmp_path)
     loaded = torch.export.load(str(files["artifact"]))
     assert loaded.graph_signature.user_inputs == result.artifact.graph_signature.user_inputs
+    assert len(matches_eager(result, _loaded_runner(files["artifact"])).outputs) > 1  # logits and the cache
     summary = files["summary"].read_text()
     assert '"status": "pass"' in summary and '"torch.export"' in summary
 
@@ -194,7 +203,7 @@ def test_stage3_specs_survive_deepcopy_and_int_leaves(tiny_llama):
     assert pytree.tree_flatten(as_ints)[1] == spec
 
 
-def test_stage3_encoder_decoder_cache_context_saves_and_loads(tmp_path: Path):
+def test_stage3_encoder_decoder_cache_context_saves_and_loads(tmp_path: Path, matches_eager):
     """EncoderDecoderCache keeps a dict with int keys in its context; a saved .pt2 must round-trip it."""
     tiny = build_tiny("T5ForConditionalGeneration")
     result = DynamoExporter().export(tiny.model, tiny.inputs)
@@ -202,6 +211,7 @@ def test_stage3_encoder_decoder_cache_context_saves_and_loads(tmp_path: Path):
     loaded = torch.export.load(str(files["artifact"]))
     out = loaded.module()(**tiny.inputs)
     assert out.past_key_values.is_updated == result.artifact.module()(**tiny.inputs).past_key_values.is_updated
+    matches_eager(result, _loaded_runner(files["artifact"]))
 
 
 def _symbolic_contexts(program: torch.export.ExportedProgram) -> list[str]:

@@ -285,6 +285,33 @@ def test_coverage_command(tmp_path: Path) -> None:
     assert "| ViTModel | dynamo | static | skipped | 1.0 |  | vit-skip |  |" in text
 
 
+
+def test_coverage_lists_builder_gaps_by_cause_and_rates_over_built_classes(tmp_path: Path) -> None:
+    results = write_jsonl(tmp_path / "r.jsonl", [
+        record("BertModel"), record("GPT2Model", "failed", error="x"), record("TimmModel", "build-error", error="y"),
+    ])  # fmt: skip
+    census = tmp_path / "census.jsonl"
+    census.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"model": "BertModel", "status": "ok"},
+        {"model": "TimmModel", "status": "build-error", "error_type": "ImportError", "error": "needs timm 1"},
+        {"model": "TimmBackbone", "status": "build-error", "error_type": "ImportError", "error": "needs timm 2"},
+        {"model": "SamModel", "status": "forward-error", "error_type": "RuntimeError", "error": "size"},
+        {"model": "SamModel", "status": "ok"},  # a rerun after a builder fix supersedes
+    ]))  # fmt: skip
+    out = tmp_path / "coverage.md"
+    result = CliRunner().invoke(sweep_group, ["coverage", str(results), "--census", str(census), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert f"--census {census} --out {out}" in text.splitlines()[0]
+    assert "| dynamo | static | 3 | 1 | 1 | 1 | 33% | 50% |" in text  # pass rate over all, and over built classes
+    assert "2 of 4 classes build and run one eager forward" in text
+    assert "| dynamo | static | 1 | 1 | 0 | 100% |" in text  # only BertModel both was swept and runs eagerly
+    assert "| 2 | build-error: ImportError: needs <model> N | TimmBackbone, TimmModel |" in text
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"status": "ok"}\n')
+    refused = CliRunner().invoke(sweep_group, ["coverage", str(results), "--census", str(bad), "--out", str(out)])
+    assert refused.exit_code == 2 and "not a census file" in refused.output
+
 # ── Real isolated runs ──
 SKIPS_TOML = """\
 [[entry]]
@@ -325,6 +352,15 @@ def by_model(path: Path) -> dict[str, dict]:
     return {r["model"]: r for r in read_results(path)}
 
 
+def test_coverage_counts_records_per_exporter_hash() -> None:
+    from bot.sweep import coverage_markdown
+
+    records = [{"model": m, "backend": "onnx", "mode": "static", "status": "pass", "exporter_version": v}
+               for m, v in [("A", "abc"), ("B", "def"), ("C", "abc"), ("D", None)]]
+    assert "Exporter code (the hash of `exporters/*.py` that audits record): `abc` 2, `def` 1, not recorded 1." in (
+        coverage_markdown(records, "exportbot sweep coverage x --out y"))
+
+
 def test_warm_fork_sweep_records_passes_skips_and_a_segfault(
     tmp_path: Path, registry: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -347,6 +383,9 @@ def test_warm_fork_sweep_records_passes_skips_and_a_segfault(
     assert bert["schema"] == SCHEMA and bert["runner"] == "fork" and bert["mode"] == "static"
     assert bert["worker_pid"] != bert["child_pid"] and bert["peak_rss_mb"] > 0 and bert["startup_seconds"] < 1
     assert bert["versions"]["torch"] and bert["log_file"] is None
+    from bot.verification import exporter_version
+
+    assert {r["exporter_version"] for r in records.values()} == {exporter_version()}  # crashed and skipped too
     crash = records["GPT2Model"]
     assert crash["signal"] == 11 and crash["exit_code"] is None
     assert "Segmentation fault" in crash["stderr_tail"] and Path(crash["log_file"]).is_file()

@@ -1,0 +1,67 @@
+"""Sweep records: the schema, the statuses a sweep adds, merging, and classification against the ledger.
+
+Pure and record-based (dicts as read from JSON Lines), shared with the audit bot.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from bot.runner import BUILD_ERROR, FAILED, INCONCLUSIVE, MISMATCH, NONDETERMINISTIC, PASS, SKIPPED
+from bot.sweep.tasks import Key, Task
+
+if TYPE_CHECKING:
+    from exporters.ledger import Ledger, LedgerEntry
+
+SCHEMA = 1  # bump when a field changes meaning or goes away; see docs/sweep-results.md
+CRASHED = "crashed"  # the child died (signal, non-zero exit, no result) instead of reporting an outcome
+TIMEOUT = "timeout"  # no outcome within --timeout; the child's process group was killed
+STATUSES = (PASS, FAILED, MISMATCH, INCONCLUSIVE, NONDETERMINISTIC, BUILD_ERROR, CRASHED, TIMEOUT, SKIPPED)
+SAME_FAILURE, DIFFERENT_FAILURE, PASSES = "same-failure", "different-failure", "passes"
+
+
+def record_key(record: Mapping[str, Any]) -> Key:
+    return (record["model"], record["backend"], record["mode"])
+
+
+def merge_records(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One record per key, the last one seen winning (a rerun supersedes), sorted by key for stable diffs."""
+    latest = {record_key(record): dict(record) for record in records}
+    return [latest[key] for key in sorted(latest)]
+
+
+def _error_texts(outcome: Mapping[str, Any]) -> list[str]:
+    error, error_type = outcome.get("error"), outcome.get("error_type")
+    texts = [error, f"{error_type}: {error}" if error and error_type else None]
+    texts += [outcome.get("traceback_tail"), outcome.get("stderr_tail")]
+    return [text for text in texts if text]
+
+
+def classify_against_entry(outcome: Mapping[str, Any], entry: LedgerEntry) -> str:
+    """How an export that a ledger entry would have gated (run anyway with ``--ignore-ledger``) went.
+
+    ``"passes"`` when it passed (the entry may be obsolete), ``"same-failure"`` when the entry's ``failure``
+    regex is found (``re.search``) in the error, the error prefixed with its type, the traceback tail or the
+    crash's stderr tail (the entry still describes reality), ``"different-failure"`` otherwise. A skipped
+    outcome never ran and cannot be classified. Shared with the audit bot, hence pure and record-based.
+    """
+    status = outcome["status"]
+    if status == SKIPPED:
+        raise ValueError(f"{outcome.get('model')}: a skipped export never ran; there is nothing to classify")
+    if status == PASS:
+        return PASSES
+    pattern = re.compile(entry.failure)
+    return SAME_FAILURE if any(pattern.search(text) for text in _error_texts(outcome)) else DIFFERENT_FAILURE
+
+
+def ignored_entry(ledger: Ledger, task: Task, ignore: Iterable[str]) -> LedgerEntry | None:
+    """The entry that would have changed this export (a skip, or ONNX's optimizer switch) if ``--ignore-ledger``
+    had not named it (or ``all``); None when no entry applies or the one that applies is still honoured."""
+    entry = ledger.skip(task.model, task.backend, task.dynamic)
+    if entry is None and task.backend == "onnx":
+        entry = ledger.disable_optimize(task.model, task.dynamic)
+    return entry if entry is not None and {"all", entry.id} & set(ignore) else None
+
+

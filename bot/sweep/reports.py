@@ -1,0 +1,195 @@
+"""Summaries of sweep records: per backend/mode counts and the Markdown of docs/coverage.md (pure)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bot.runner import BUILD_ERROR, PASS
+from bot.sweep.records import SCHEMA, STATUSES, merge_records
+from bot.sweep.triage import normalize_error, triage
+
+
+@dataclass
+class SummaryRow:
+    """Status counts of one backend and mode."""
+
+    backend: str
+    mode: str
+    counts: Counter[str]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def pass_rate(self) -> float:
+        """Passes over every record, skipped ones included: a skip is never a pass."""
+        return self.counts[PASS] / self.total if self.total else 0.0
+
+    @property
+    def built_pass_rate(self) -> float:
+        """Passes over the records whose tiny model could be built: the exporter's own rate (issue targets)."""
+        built = self.total - self.counts[BUILD_ERROR]
+        return self.counts[PASS] / built if built else 0.0
+
+
+def summarize(records: Iterable[Mapping[str, Any]]) -> list[SummaryRow]:
+    rows: dict[tuple[str, str], SummaryRow] = {}
+    for record in records:
+        backend, mode = record["backend"], record["mode"]
+        rows.setdefault((backend, mode), SummaryRow(backend, mode, Counter())).counts[record["status"]] += 1
+    return [rows[key] for key in sorted(rows)]
+
+
+def summary_statuses(rows: Sequence[SummaryRow]) -> list[str]:
+    """The statuses that occur, in ``STATUSES`` order, then any unknown ones (a newer schema's)."""
+    seen = {status for row in rows for status in row.counts}
+    return [s for s in STATUSES if s in seen] + sorted(seen - set(STATUSES))
+
+
+def _md_cell(text: Any) -> str:
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(_md_cell(cell) for cell in row) + " |" for row in rows]
+
+
+def summary_markdown(records: Sequence[Mapping[str, Any]], top: int = 10) -> str:
+    """The per backend/mode table and the biggest failure groups, for ``--summary-md`` and CI step summaries."""
+    rows = summarize(records)
+    statuses = summary_statuses(rows)
+    lines = [f"## Sweep summary ({len(records)} exports)", ""]
+    lines += _md_table(
+        ["backend", "mode", "total", *statuses, "pass rate", "pass rate (built)"],
+        (
+            [r.backend, r.mode, r.total, *(r.counts[s] for s in statuses), f"{r.pass_rate:.0%}",
+             f"{r.built_pass_rate:.0%}"]
+            for r in rows
+        ),
+    )
+    groups = triage(records)[:top]
+    if groups:
+        lines += ["", f"### Top failure groups ({len(groups)} shown)", ""]
+        lines += _md_table(
+            ["count", "signature", "examples"], ([g.count, g.signature, ", ".join(g.examples())] for g in groups)
+        )
+    return "\n".join(lines) + "\n"
+
+
+def first_line(text: str | None, limit: int = 160) -> str:
+    line = next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _versions_line(records: Iterable[Mapping[str, Any]]) -> str:
+    seen: dict[str, set[str]] = {}
+    for record in records:
+        for package, version in (record.get("versions") or {}).items():
+            seen.setdefault(package, set()).add(version)
+    return " · ".join(f"{package} {', '.join(sorted(seen[package]))}" for package in sorted(seen)) or "unknown"
+
+
+CENSUS_OK = "ok"
+
+
+def census_causes(census: Iterable[Mapping[str, Any]]) -> list[tuple[str, list[str]]]:
+    """Tiny-factory census records (``scripts/tiny_census.py``) that did not build and run, grouped by their status
+    and normalised error, biggest group first: the builder gaps by cause."""
+    groups: dict[str, list[str]] = {}
+    for record in census:
+        if record["status"] != CENSUS_OK:
+            message = normalize_error(record.get("error") or "", record["model"])
+            key = ": ".join(part for part in (record["status"], record.get("error_type"), message) if part)
+            groups.setdefault(key, []).append(record["model"])
+    return sorted(((key, sorted(models)) for key, models in groups.items()), key=lambda g: (-len(g[1]), g[0]))
+
+
+def census_markdown(census: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The tiny-factory section: how many classes build and run one eager forward, and every gap by cause."""
+    latest = {record["model"]: record for record in census}  # a rerun supersedes
+    counts = Counter(record["status"] for record in latest.values())
+    lines = [
+        "## Tiny models (`build_tiny` plus one eager forward)",
+        "",
+        f"{counts[CENSUS_OK]} of {len(latest)} classes build and run one eager forward on their generated inputs "
+        f"({', '.join(f'{status} {n}' for status, n in counts.most_common())}). An export can only be tried on "
+        "those; the rest are builder gaps (or optional dependencies missing here), listed by cause:",
+        "",
+    ]
+    return lines + _md_table(
+        ["classes", "cause", "examples"],
+        ([len(models), key, ", ".join(models[:4]) + (" …" if len(models) > 4 else "")]
+         for key, models in census_causes(latest.values())),
+    )  # fmt: skip
+
+
+def runnable_markdown(records: Sequence[Mapping[str, Any]], census: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Pass rates over the swept classes the tiny factory builds and runs eagerly: the exporter's own share,
+    since an export of a model that cannot run its own forward fails whatever the exporter does."""
+    latest = {record["model"]: record["status"] for record in census}
+    runnable = [record for record in records if latest.get(record["model"]) == CENSUS_OK]
+    rows = summarize(runnable)
+    lines = ["### Over the classes that build and run eagerly", ""]
+    return lines + _md_table(
+        ["backend", "mode", "classes", "pass", "not pass", "pass rate"],
+        ([r.backend, r.mode, r.total, r.counts[PASS], r.total - r.counts[PASS], f"{r.pass_rate:.0%}"] for r in rows),
+    )
+
+
+def _exporter_line(records: Sequence[Mapping[str, Any]]) -> str:
+    """How many records each exporter hash made, most first; records from before the field are counted apart."""
+    counts = Counter(record.get("exporter_version") or "" for record in records)
+    parts = [f"`{code}` {n}" for code, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])) if code]
+    if counts.get(""):
+        parts.append(f"not recorded {counts['']}")
+    return ", ".join(parts) or "none"
+
+
+def coverage_markdown(
+    records: Sequence[Mapping[str, Any]], command: str, census: Sequence[Mapping[str, Any]] = ()
+) -> str:
+    """``docs/coverage.md``: generated from result files (and the tiny census) by ``command``, never by hand."""
+    records = merge_records(records)
+    lines = [
+        f"<!-- Generated by `{command}`. Do not edit by hand: rerun the command. -->",
+        "# Export coverage",
+        "",
+        f"Generated by `{command}` from {len(records)} records.",
+        "",
+        f"Versions: {_versions_line(records)}.",
+        "",
+        f"Exporter code (the hash of `exporters/*.py` that audits record): {_exporter_line(records)}. "
+        "`scripts/check_generated.py` says how many records are older than the code now.",
+        "",
+        f"Statuses are those of `docs/sweep-results.md` (schema {SCHEMA}); only `pass` means the artifact was "
+        "shown to match eager.",
+        "",
+    ]
+    lines += summary_markdown(records).splitlines()
+    if census:
+        lines += ["", *runnable_markdown(records, census), "", *census_markdown(census)]
+    lines += ["", "## Every export", ""]
+    lines += _md_table(
+        ["class", "backend", "mode", "status", "seconds", "workarounds fired", "ledger entry", "error"],
+        (
+            [
+                r["model"],
+                r["backend"],
+                r["mode"],
+                r["status"],
+                f"{r.get('seconds') or 0:.1f}",
+                ", ".join(f"{name}×{n}" for name, n in sorted((r.get("workarounds_fired") or {}).items())),
+                (r.get("ledger_entry") or "") + (f" ({r['ledger_match']})" if r.get("ledger_match") else ""),
+                first_line(r.get("error")),
+            ]
+            for r in records
+        ),
+    )
+    return "\n".join(lines) + "\n"
+
+

@@ -1,0 +1,83 @@
+"""Result files: JSON Lines read with schema checks, appended one fsynced line at a time, repaired after a kill."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from bot.sweep.records import SCHEMA
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be used: ``file:line: message``."""
+
+
+def parse_record(line: str, where: str) -> dict[str, Any]:
+    """One JSON Lines record, checked for this schema and its key fields."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise ResultsError(f"{where}: not JSON ({error.msg})") from None
+    if not isinstance(record, dict):
+        raise ResultsError(f"{where}: a record must be a JSON object")
+    if record.get("schema") != SCHEMA:
+        raise ResultsError(f"{where}: schema {record.get('schema')!r}, this exportbot reads schema {SCHEMA}")
+    missing = [name for name in ("model", "backend", "mode", "status") if not isinstance(record.get(name), str)]
+    if missing:
+        raise ResultsError(f"{where}: missing {', '.join(missing)}")
+    return record
+
+
+def read_results(path: Path) -> list[dict[str, Any]]:
+    """Every record of a results file, in file order."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [parse_record(line, f"{path}:{number}") for number, line in enumerate(lines, 1) if line.strip()]
+
+
+def repair_tail(path: Path) -> bool:
+    """Drop a last line cut short by a killed sweep, so appending continues on a line of its own.
+
+    Returns whether something was dropped. A complete last line that only lacks its newline gets one.
+    """
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return False
+    start = data.rfind(b"\n") + 1
+    try:
+        json.loads(data[start:])
+    except ValueError:
+        with path.open("r+b") as handle:
+            handle.truncate(start)
+        return True
+    with path.open("ab") as handle:
+        handle.write(b"\n")
+    return False
+
+
+class ResultsWriter:
+    """Appends records to the results file, one flushed line each, so a crash loses at most the one in flight."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle = path.open("a", encoding="utf-8")
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        self._handle.write(json.dumps(record) + "\n")
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def write_records(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
+    """Replace ``path`` with ``records`` (written to a temporary file first, then renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    temporary.replace(path)
+
+

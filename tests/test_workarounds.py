@@ -1,0 +1,338 @@
+"""Every registered workaround, run against eager on a module that exercises it.
+
+A workaround is code that rewrites what the backend sees; a rewrite that changes values is worse than the
+crash it avoids. So each one is checked twice over: its rewrite keeps the eager answer (inputs chosen so
+that a wrong rewrite shows: padded masks, empty experts, rows no expert takes), and the module really needs
+it (without it the backend fails, or the answer is off). ``COVERAGE`` maps every registered name to its
+tests; a workaround registered without one fails ``test_every_registered_workaround_has_a_test``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.export import Dim
+
+from exporters import exporter_onnx, load_all_workarounds
+from exporters.base import StageClock
+from exporters.exporter_dynamo import DynamoExporter
+from exporters.exporter_onnx import OnnxConfig, OnnxExporter
+from exporters.utils import all_workarounds
+from exporters.validation import PASS, check_shape
+
+TESTS = Path(__file__).parent
+
+# workaround name → the tests that run it against eager and fail when it is broken ("file::test").
+COVERAGE: dict[str, list[str]] = {
+    "_patch_sdpa_boolean_mask": [
+        "test_onnx.py::test_boolean_mask_sdpa_goes_additive_keeps_eager_numerics_and_drops_the_nan_guard",
+    ],
+    "_patch_prepare_for_export": ["test_workarounds.py::test_prepare_hook_reruns_the_node_fixes_after_decomposition"],
+    "_fix_reshape_of_strided": [
+        "test_workarounds.py::test_reshape_fixes_keep_eager_values",
+        "test_workarounds.py::test_t5_with_the_reshape_fix_matches_eager",
+        "test_onnx.py::test_t5_needs_the_reshape_fix_and_it_fires",
+    ],
+    "_fix_rsub_scalar": [
+        "test_workarounds.py::test_rsub_fix_keeps_eager_values_in_the_graph",
+        "test_workarounds.py::test_rsub_fix_exports_an_integer_mask_that_matches_eager",
+        "test_workarounds.py::test_xlnet_needs_the_rsub_fix_and_matches_eager_at_padded_masks",
+    ],
+    "_fix_view_of_transposed": [
+        "test_workarounds.py::test_view_fix_keeps_eager_values",
+        "test_workarounds.py::test_afmoe_needs_the_view_fix_and_matches_eager_with_it",
+    ],
+    "_aten_grouped_mm_fallback": [
+        "test_workarounds.py::test_grouped_mm_translation_matches_eager_per_expert",
+        "test_workarounds.py::test_afmoe_needs_the_view_fix_and_matches_eager_with_it",
+    ],
+    "_aten_is_all_true": ["test_workarounds.py::test_is_all_true_translation_matches_eager"],
+    "_fix_strided_reshape_input": [
+        "test_workarounds.py::test_reshape_fixes_keep_eager_values",
+        "test_executorch.py::test_gpt2_needs_the_strided_reshape_fix_and_it_fires",
+    ],
+    "_fix_tanh_gelu_for_xnnpack": [
+        "test_workarounds.py::test_tanh_gelu_spelled_out_keeps_eager_values",
+        "test_executorch.py::test_xnnpack_needs_tanh_gelu_spelled_out_and_only_xnnpack_gets_it",
+    ],
+    "_patch_xnnpack_reshape_one_dynamic_dim": [
+        "test_executorch.py::test_xnnpack_keeps_reshaped_nodes_with_two_dynamic_dims_out_of_the_delegate",
+    ],
+}
+
+
+def test_every_registered_workaround_has_a_test():
+    load_all_workarounds()
+    assert sorted(COVERAGE) == sorted(w.name for w in all_workarounds())
+    defined = {
+        path.name: {node.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.FunctionDef)}
+        for path in TESTS.glob("test_*.py")
+    }
+    missing = [test for tests in COVERAGE.values() for test in tests
+               if test.split("::")[1] not in defined.get(test.split("::")[0], set())]
+    assert missing == []
+
+
+# ── Helpers ──
+def assert_matches_eager(model: torch.nn.Module, run: Callable[[Mapping[str, Any]], Any], *cases: dict) -> None:
+    """Every case through eager and through ``run`` (an artifact or a rewritten program): all outputs pass."""
+    for index, inputs in enumerate(cases):
+        shape = check_shape(f"case {index}", inputs, lambda kw: model(**kw), run, 1e-4, 1e-3)
+        assert shape.status == PASS, [(c.name, c.status, c.detail) for c in shape.outputs]
+
+
+def traced(model: torch.nn.Module, inputs: dict, dynamic_shapes: Any = None) -> torch.export.ExportedProgram:
+    from exporters.exporter_dynamo import DynamoConfig
+
+    return DynamoExporter(DynamoConfig(dynamic_shapes=dynamic_shapes)).export_program(model.eval(), inputs, StageClock({}))
+
+
+def rewrite(program: torch.export.ExportedProgram, fix: Callable) -> int:
+    """Apply one node fix to every node, as ``apply_fx_node_fixes`` does; how many nodes it rewrote."""
+    graph_module = program.graph_module
+    rewritten = sum(bool(fix(graph_module, node)) for node in list(graph_module.graph.nodes))
+    graph_module.graph.eliminate_dead_code()
+    graph_module.recompile()
+    return rewritten
+
+
+def program_runner(program: torch.export.ExportedProgram) -> Callable[[Mapping[str, Any]], list[torch.Tensor]]:
+    module = program.module()
+    return lambda kw: [out for out in torch.utils._pytree.tree_leaves(module(**kw)) if isinstance(out, torch.Tensor)]
+
+
+def targets(program: torch.export.ExportedProgram) -> list[Any]:
+    return [node.target for node in program.graph_module.graph.nodes if node.op == "call_function"]
+
+
+# ── The FX rewrites keep eager's values ──
+class PermutedReshape(torch.nn.Module):
+    """``reshape`` of a permuted activation (T5's attention output, GPT-2's Conv1D input)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 6)
+
+    def forward(self, x):
+        return self.linear(x).permute(0, 2, 1).reshape(x.shape[0], -1)
+
+
+@pytest.mark.parametrize("fix", [exporter_onnx._fix_reshape_of_strided, "_fix_strided_reshape_input"])
+def test_reshape_fixes_keep_eager_values(fix):
+    from exporters import exporter_executorch
+
+    fix = getattr(exporter_executorch, fix) if isinstance(fix, str) else fix
+    torch.manual_seed(0)
+    model, inputs = PermutedReshape(), {"x": torch.randn(2, 3, 4)}
+    program = traced(model, inputs)
+    assert rewrite(program, fix) == 1
+    reshape = next(n for n in program.graph_module.graph.nodes if n.target is torch.ops.aten.reshape.default)
+    assert reshape.args[0].target is torch.ops.aten.contiguous.default
+    assert reshape.args[0].args[0].target is torch.ops.aten.permute.default
+    assert rewrite(program, fix) == 0  # the input is contiguous now: nothing left to rewrite
+    assert_matches_eager(model, program_runner(program), inputs, {"x": torch.randn(2, 3, 4)})
+
+
+class IntegerMaskComplement(torch.nn.Module):
+    """``1.0 - attention_mask`` of an integer mask, XLNet's ``input_mask``; padded rows must stay masked."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x, attention_mask):
+        masked = 1.0 - attention_mask
+        return self.linear(x) * (1.0 + masked[..., None]) - 2.0 * masked[..., None]
+
+
+def mask_cases() -> list[dict]:
+    torch.manual_seed(0)
+    masks = [[[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], [[0, 0, 1, 1, 1], [0, 1, 1, 1, 1]], [[1, 0, 1, 0, 1], [0, 0, 0, 0, 1]]]
+    return [{"x": torch.randn(2, 5, 4), "attention_mask": torch.tensor(mask)} for mask in masks]
+
+
+def test_rsub_fix_keeps_eager_values_in_the_graph():
+    model, cases = IntegerMaskComplement().eval(), mask_cases()
+    program = traced(model, cases[0])
+    assert torch.ops.aten.rsub.Scalar in targets(program)
+    assert rewrite(program, exporter_onnx._fix_rsub_scalar) == 1
+    assert torch.ops.aten.rsub.Scalar not in targets(program)
+    assert_matches_eager(model, program_runner(program), *cases)
+
+
+def test_rsub_fix_exports_an_integer_mask_that_matches_eager():
+    """pytorch/pytorch#194381: without the fix torch.onnx fails on ``1.0 - int_mask``; with it, every mask
+    (right, left and holed padding) gives eager's values in ONNX Runtime."""
+    model, cases = IntegerMaskComplement(), mask_cases()
+    result = OnnxExporter().export(model, cases[0])
+    assert result.metadata.workarounds_fired["_fix_rsub_scalar"] == 1
+    assert_matches_eager(model, result.run_artifact, *cases)
+    with pytest.raises(Exception, match="Failed to decompose the FX graph"):
+        OnnxExporter(OnnxConfig(without=frozenset({"_fix_rsub_scalar"}))).export(model, cases[0])
+
+
+HEADS, HEAD_DIM = 2, 4
+
+
+class AttentionView(torch.nn.Module):
+    """SDPA, then ``transpose(1, 2).view(...)`` without ``contiguous`` (Afmoe's attention output)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(HEADS * HEAD_DIM, 3 * HEADS * HEAD_DIM)
+
+    def forward(self, x):
+        batch, sequence, _ = x.shape
+        query, key, value = self.qkv(x).view(batch, sequence, 3, HEADS, HEAD_DIM).permute(2, 0, 3, 1, 4)
+        output = torch.nn.functional.scaled_dot_product_attention(query, key, value)
+        return output.transpose(1, 2).view(batch, sequence, -1)
+
+
+def test_view_fix_keeps_eager_values():
+    torch.manual_seed(0)
+    model, inputs = AttentionView().eval(), {"x": torch.randn(2, 5, HEADS * HEAD_DIM)}
+    program = traced(model, inputs)
+    assert rewrite(program, exporter_onnx._fix_view_of_transposed) == 1
+    view = next(n for n in program.graph_module.graph.nodes if n.target is torch.ops.aten.view.default
+                and n.args[0].target is torch.ops.aten.contiguous.default)
+    assert view.args[0].args[0].target is torch.ops.aten.transpose.int
+    assert_matches_eager(model, program_runner(program), inputs, {"x": torch.randn(2, 5, HEADS * HEAD_DIM)})
+
+
+def test_prepare_hook_reruns_the_node_fixes_after_decomposition():
+    """torch.onnx's own run_decompositions turns SDPA into its math form, whose transpose → view the node fixes
+    must see too: with the hook the view fix rewrites the decomposed graph a second time, without it once."""
+    torch.manual_seed(0)
+    model, inputs = AttentionView(), {"x": torch.randn(2, 5, HEADS * HEAD_DIM)}
+    hooked = OnnxExporter().export(model, inputs)
+    assert hooked.metadata.workarounds_fired["_patch_prepare_for_export"] == 1
+    assert hooked.metadata.workarounds_fired["_fix_view_of_transposed"] == 2
+    assert_matches_eager(model, hooked.run_artifact, inputs, {"x": torch.randn(2, 5, HEADS * HEAD_DIM) * 3})
+    unhooked = OnnxExporter(OnnxConfig(without=frozenset({"_patch_prepare_for_export"}))).export(model, inputs)
+    assert "_patch_prepare_for_export" not in unhooked.metadata.workarounds_fired
+    assert unhooked.metadata.workarounds_fired["_fix_view_of_transposed"] == 1
+
+
+class TanhGeluMlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.linear(x), approximate="tanh")
+
+
+def test_tanh_gelu_spelled_out_keeps_eager_values():
+    from exporters.exporter_executorch import _fix_tanh_gelu_for_xnnpack
+
+    torch.manual_seed(0)
+    model, inputs = TanhGeluMlp().eval(), {"x": torch.randn(4, 8) * 3}
+    program = traced(model, inputs)
+    assert rewrite(program, _fix_tanh_gelu_for_xnnpack) == 1
+    assert torch.ops.aten.gelu.default not in targets(program)
+    run = program_runner(program)
+    for x in (inputs["x"], torch.linspace(-6, 6, 32).reshape(4, 8)):
+        with torch.no_grad():
+            expected, actual = model(x), run({"x": x})[0]
+        assert (actual - expected).abs().max() < 1e-6  # exact formula: far below exact GELU's 5e-4 difference
+
+
+# ── ONNX translations against eager in ONNX Runtime ──
+EXPERTS, K, N = 3, 4, 5
+
+
+class GroupedExperts(torch.nn.Module):
+    """transformers' ``grouped_mm_fallback``: rows sorted by expert, ``offs`` the cumulative row counts."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.weight = torch.nn.Parameter(torch.randn(EXPERTS, K, N))
+
+    def forward(self, x, offs):
+        return exporter_onnx._transformers_op("grouped_mm_fallback")(x, self.weight, offs)
+
+
+def test_grouped_mm_translation_matches_eager_per_expert():
+    """Several experts with different weights, an expert with no rows, rows past ``offs[-1]`` (routed to no
+    expert, left zero) and a dynamic token count: each expert's rows must meet that expert's weight."""
+    model = GroupedExperts()
+    generator = torch.Generator().manual_seed(1)
+    sample = {"x": torch.randn(7, K, generator=generator), "offs": torch.tensor([2, 2, 5])}
+    spec = {"x": {0: Dim("tokens", min=1, max=64)}, "offs": None}
+    result = OnnxExporter(OnnxConfig(dynamic_shapes=spec)).export(model, sample)
+    assert result.metadata.workarounds_fired["_aten_grouped_mm_fallback"] == 1
+    cases = [
+        sample,
+        {"x": torch.randn(9, K, generator=generator), "offs": torch.tensor([3, 6, 9])},  # every row routed
+        {"x": torch.randn(6, K, generator=generator), "offs": torch.tensor([0, 0, 4])},  # one expert, a tail
+        {"x": torch.randn(5, K, generator=generator), "offs": torch.tensor([1, 4, 4])},  # last expert empty
+    ]
+    assert_matches_eager(model, result.run_artifact, *cases)
+    with pytest.raises(Exception, match="grouped_mm_fallback"):
+        OnnxExporter(OnnxConfig(dynamic_shapes=spec, without=frozenset({"_aten_grouped_mm_fallback"}))).export(
+            model, sample)
+
+
+class AllPositive(torch.nn.Module):
+    """``aten._is_all_true`` as an output (``torch._check_tensor_all`` leaves it feeding an assertion)."""
+
+    def forward(self, x):
+        return torch.ops.aten._is_all_true.default(x > 0), x * 2
+
+
+def test_is_all_true_translation_matches_eager():
+    model = AllPositive()
+    result = OnnxExporter().export(model, {"x": torch.rand(3, 4) + 0.5})
+    assert result.metadata.workarounds_fired["_aten_is_all_true"] == 1
+    one_negative = torch.rand(3, 4) + 0.5
+    one_negative[2, 3] = -1.0
+    for x, expected in [(torch.rand(3, 4) + 0.5, True), (one_negative, False), (-torch.rand(3, 4) - 0.5, False)]:
+        assert bool(result.run_artifact({"x": x})[0]) is expected
+        assert_matches_eager(model, result.run_artifact, {"x": x})
+    with pytest.raises(Exception, match="_is_all_true"):
+        OnnxExporter(OnnxConfig(without=frozenset({"_aten_is_all_true"}))).export(model, {"x": torch.rand(3, 4)})
+
+
+# ── Real models that need them ──
+def test_t5_with_the_reshape_fix_matches_eager(onnx_export):
+    """T5 fails in torch.onnx without ``_fix_reshape_of_strided`` (test_onnx); with it, ONNX Runtime must give
+    eager's values, at a padded mask too."""
+    result = onnx_export("T5ForConditionalGeneration", False)
+    assert result.metadata.workarounds_fired["_fix_reshape_of_strided"] > 0
+    assert (result.inputs["attention_mask"] == 0).any()
+    assert result.validate(raise_on_failure=False).status == PASS
+
+
+def test_afmoe_needs_the_view_fix_and_matches_eager_with_it(onnx_export):
+    """Afmoe: its attention output's ``view`` fails in torch.onnx without ``_fix_view_of_transposed``; its
+    experts go through ``_aten_grouped_mm_fallback``. With both, ONNX Runtime matches eager (a translation
+    that takes the experts in another order is off by ~0.5)."""
+    from exporters.tiny import build_tiny
+
+    result = onnx_export("AfmoeModel", False)
+    fired = result.metadata.workarounds_fired
+    assert fired["_fix_view_of_transposed"] > 0 and fired["_aten_grouped_mm_fallback"] > 0
+    assert result.validate(raise_on_failure=False).status == PASS
+    tiny = build_tiny("AfmoeModel")
+    with pytest.raises(Exception, match=r"output\.view\(\*input_shape, -1\)"):
+        OnnxExporter(OnnxConfig(without=frozenset({"_fix_view_of_transposed"}))).export(tiny.model, tiny.inputs)
+
+
+def test_xlnet_needs_the_rsub_fix_and_matches_eager_at_padded_masks(onnx_export):
+    """XLNet's ``1.0 - attention_mask`` is the rsub the fix rewrites. Its sample mask is left-padded, so a fix
+    that got the subtraction backwards (``mask - 1``) gives masked positions other values: a mismatch."""
+    from exporters.tiny import build_tiny
+
+    result = onnx_export("XLNetModel", False)
+    assert result.metadata.workarounds_fired["_fix_rsub_scalar"] > 0
+    assert (result.inputs["attention_mask"] == 0).any()
+    assert result.validate(raise_on_failure=False).status == PASS
+    tiny = build_tiny("XLNetModel")
+    with pytest.raises(Exception, match="Failed to decompose the FX graph"):
+        OnnxExporter(OnnxConfig(without=frozenset({"_fix_rsub_scalar"}))).export(tiny.model, tiny.inputs)
