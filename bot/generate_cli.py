@@ -224,11 +224,11 @@ def generate_command(directory: Path, prompt_length: int, max_new_tokens: int, b
 
     Prompts are random token ids (speech models: random features). Prints the new tokens, decode steps/s
     and tokens/s, and, unless --no-compare or --sample, eager generate()'s tokens for the same prompts and
-    the verdict (exit 1 on a mismatch).
+    the verdict (exit 1 on a mismatch). Make the bundle first with
+    `exportbot export LlamaForCausalLM --task text-generation --backend onnx --out out/llama-gen`.
 
     \b
     Examples:
-      exportbot export LlamaForCausalLM --task text-generation --backend onnx --out out/llama-gen
       exportbot generate out/llama-gen --prompt-length 12 --max-new-tokens 32
       exportbot generate out/llama-gen --sample --temperature 0.8 --top-k 20 --seed 3
     """
