@@ -29,6 +29,27 @@ TESTS = Path(__file__).parent
 
 # workaround name → the tests that run it against eager and fail when it is broken ("file::test").
 COVERAGE: dict[str, list[str]] = {
+    "_fix_histc_not_core_aten": [
+        "test_catalogue_workarounds.py::test_histc_rewrite_bins_exactly_like_aten",
+        "test_catalogue_workarounds.py::test_executorch_needs_histc_counted_by_compares",
+    ],
+    "_patch_moe_experts_batched_mm": ["test_catalogue_workarounds.py::test_executorch_runs_moe_experts_as_batched_mm"],
+    "_fix_complex_rotary_for_onnx": [
+        "test_catalogue_workarounds.py::test_complex_rewrite_keeps_the_values",
+        "test_catalogue_workarounds.py::test_onnx_needs_complex_rotary_as_real_pairs",
+    ],
+    "_fix_complex_rotary_for_executorch": [
+        "test_catalogue_workarounds.py::test_complex_rewrite_keeps_the_values",
+        "test_catalogue_workarounds.py::test_executorch_needs_complex_rotary_as_real_pairs",
+    ],
+    "_patch_vmap_mask_expansion_for_onnx": [
+        "test_catalogue_workarounds.py::test_broadcast_mask_is_the_vmap_mask",
+        "test_catalogue_workarounds.py::test_onnx_needs_vmap_masks_built_by_broadcasting",
+    ],
+    "_patch_vmap_mask_expansion_for_executorch": [
+        "test_catalogue_workarounds.py::test_broadcast_mask_is_the_vmap_mask",
+        "test_catalogue_workarounds.py::test_swept_classes_pass_with_the_workaround_and_fail_without",
+    ],
     "_patch_sdpa_boolean_mask": [
         "test_onnx.py::test_boolean_mask_sdpa_goes_additive_keeps_eager_numerics_and_drops_the_nan_guard",
     ],
