@@ -2,7 +2,7 @@
 
 Run: ``HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_vs_reference.py`` (everything, ~1.5 h on 2 quiet
 cores), or narrow it: ``--backends onnx --modes static --models BertModel LlamaForCausalLM --repeat 2``.
-Writes benchmarks/results/vs_reference.json (one file, one truth: it replaces the older bench_executorch.py
+Writes benchmarks/results/vs_reference.json (one file, one truth: it replaced the older bench_executorch.py
 and bench_onnx_dynamo.py). ``--latency`` measures the exported models' own speed instead (see below).
 
 Export time. Three paths per (backend, mode, model), no validation timed:
