@@ -16,6 +16,7 @@ from rich.console import Console
 from bot.errors import UsageProblem, report_errors
 from bot.runner import BACKENDS
 from bot.sweep.catalogue import enumerate_model_classes
+from bot.sweep.causes import DEFAULT_CAUSES, CausesError, load_causes
 from bot.sweep.isolation import SweepError, SweepSettings, run_sweep
 from bot.sweep.records import merge_records, record_key
 from bot.sweep.reports import coverage_markdown, summary_markdown
@@ -236,17 +237,26 @@ def triage_command(files: tuple[Path, ...], top: int) -> None:
 @click.option("--census", "census_files", multiple=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Tiny-factory census results (scripts/tiny_census.py), repeatable: adds the builder gaps by cause.")
+@click.option("--causes", "causes_file", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_CAUSES,
+              show_default=True,
+              help="Reviewed causes of failure groups ([[cause]] tables); a missing file leaves every failure untriaged.")
 @report_errors
-def coverage_command(files: tuple[Path, ...], out: Path, census_files: tuple[Path, ...]) -> None:
+def coverage_command(files: tuple[Path, ...], out: Path, census_files: tuple[Path, ...], causes_file: Path) -> None:
     """Regenerate the coverage table (class, backend, mode, status, seconds, workarounds fired, ledger entry,
-    error) from result FILES; the file says which command made it, so nobody edits it by hand."""
+    error) from result FILES, and say why each export that did not pass does not: a ledger entry, a builder gap,
+    a reviewed cause from --causes, or untriaged. The file says which command made it, so nobody edits it by hand."""
     census_args = [argument for path in census_files for argument in ("--census", str(path))]
-    command = shlex.join(["exportbot", "sweep", "coverage", *map(str, files), *census_args, "--out", str(out)])
+    command = shlex.join(["exportbot", "sweep", "coverage", *map(str, files), *census_args,
+                          "--causes", str(causes_file), "--out", str(out)])  # fmt: skip
+    try:
+        causes = load_causes(causes_file)
+    except CausesError as error:
+        raise UsageProblem(str(error)) from None
     records = _read_all(files)
     census = [_census_record(line, path) for path in census_files
               for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(coverage_markdown(records, command, census), encoding="utf-8")
+    out.write_text(coverage_markdown(records, command, census, causes), encoding="utf-8")
     click.echo(f"{out}: {len(merge_records(records))} exports")
 
 
