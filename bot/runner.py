@@ -135,6 +135,7 @@ def export_one(request: ExportRequest, progress: Callable[[str], None] = lambda 
     from exporters.ledger import default_registry_dir, load_ledger
     from exporters.repro import exporter_options
     from exporters.stages import preload_executorch, stage_events
+    from exporters.utils import HitLog, observing_hits
 
     if request.backend == "executorch":
         progress("importing executorch")
@@ -146,6 +147,7 @@ def export_one(request: ExportRequest, progress: Callable[[str], None] = lambda 
     outcome = ExportOutcome(class_name, request.backend, dynamic, FAILED, 0.0)
     outcome.versions = package_versions(request.backend)
     outcome.registry = str(default_registry_dir())
+    outcome.workarounds_disabled = sorted(request.without)  # as asked; a finished export records its own
     ledger = load_ledger()
     repro_entry = ledger.by_id(request.repro) if request.repro is not None else None
     ignored = {"all"} if repro_entry is not None else set(request.ignore_ledger)
@@ -178,10 +180,12 @@ def export_one(request: ExportRequest, progress: Callable[[str], None] = lambda 
             raise
         except Exception as error:
             return _failed(outcome, BUILD_ERROR, error, started, request, stages.failed)
+        fired = HitLog()  # what fired, kept when the export raises (its own log goes with its result)
         try:
             exporter = make_exporter(request, optimize=bool(optimize), inputs=built.inputs)
             exporter.config = dataclasses.replace(exporter.config, **exporter_options(built))
-            result = exporter.export(built.model, built.inputs)
+            with observing_hits(fired):
+                result = exporter.export(built.model, built.inputs)
             outcome.options = request.options.record(request.backend, request.et_backend, class_name, exporter.config)
             result.metadata.options = outcome.options
             result.metadata.notes.append(built.source)  # where the model came from (weights or random)
@@ -209,6 +213,7 @@ def export_one(request: ExportRequest, progress: Callable[[str], None] = lambda 
         except OptionError:
             raise
         except Exception as error:
+            outcome.workarounds_fired = outcome.workarounds_fired or dict(sorted(fired.counts.items()))
             return _failed(outcome, FAILED, error, started, request, stages.failed)
     outcome.seconds = round(time.perf_counter() - started, 3)
     return outcome

@@ -17,11 +17,17 @@ from bot.tracker import UpstreamState
 from bot.verdict import (
     CHANGED,
     HUMAN,
+    NEEDS_HUMAN,
     NOT_DUE,
     NOT_REPRODUCED,
     REMOVABLE,
+    REMOVAL_VERDICTS,
+    RERUN_VERDICTS,
     STILL_NEEDED,
+    SUPERSEDED,
     UNKNOWN,
+    next_superseders,
+    proves_takeover,
     unproven_pass,
     verdict,
 )
@@ -172,3 +178,124 @@ def test_evidence_carries_versions_and_what_was_left_off():
 def test_unproven_pass_accepts_a_local_version_tag():
     plan = plan_entry(SKIP, state("open"), PINS, record("moved"), force=True)
     assert unproven_pass(SKIP, plan, PASS) is None  # "2.13.0+cpu" is release 2.13.0
+
+
+# ── superseded: registered workarounds took a ledger entry's job over (evidence2) ──
+# Flint's case as it ran: the reproducer passes with the batched_mm experts patch firing; without it the
+# grouped-mm experts come back and fail on another op after the histc rewrite fired; without both, the
+# recorded failure is back.
+HISTC = r"aten\.histc\.default is not in Core ATen opset"
+FLINT = Subject("flint", ENTRY, "executorch", (Export("FlintModel", "executorch", False),), STACK, URL, "executorch",
+                HISTC, "EXPORT_SKIPS")  # fmt: skip
+FLINT_BOTH = Subject("flint", ENTRY, "executorch", (Export("FlintModel", "executorch", False),
+                     Export("FlintModel", "executorch", True)), STACK, URL, "executorch", HISTC, "EXPORT_SKIPS")  # fmt: skip
+TAKEN_OVER = run(subject=FLINT, model="FlintModel", workarounds_fired={"_batched_mm": 1, "_strided": 6})
+HISTC_ERROR = "SpecViolationError: Operator torch._ops.aten.histc.default is not in Core ATen opset (https://...)"
+
+
+def probe(disabled: tuple[str, ...], status: str = "failed", error: str | None = HISTC_ERROR, **changes: Any) -> dict:
+    """A supersession probe: the reproducer with ``disabled`` off too, as ``--repro ID --without ...`` records it."""
+    return run(status, error, subject=FLINT, model="FlintModel", workarounds_disabled=list(disabled)) | changes
+
+
+OTHER_OP = probe(("_batched_mm",), error="SpecViolationError: aten.empty_permuted.default is not in Core ATen opset",
+                 workarounds_fired={"_histc": 1})  # fmt: skip
+PROVES = probe(("_batched_mm", "_histc"))
+
+# (id, subject, upstream, record, outcomes, probes, verdict, superseded_by, a phrase of the reasons)
+SUPERSESSION_ROWS = [
+    ("two-step-proof", FLINT, "open", "same", [TAKEN_OVER, TAKEN_OVER], [OTHER_OP, PROVES], SUPERSEDED,
+     ("_batched_mm", "_histc"), "--without _batched_mm --without _histc it fails as recorded: SpecViolationError"),
+    ("one-step-proof", FLINT, "none", "never", [TAKEN_OVER], [probe(("_batched_mm",))], SUPERSEDED, ("_batched_mm",),
+     "took over: _batched_mm"),
+    ("unknown-tracker-still-proves", FLINT, "unknown", "same", [TAKEN_OVER], [PROVES], SUPERSEDED,
+     ("_batched_mm", "_histc"), "still there"),
+    ("no-probes", FLINT, "open", "same", [TAKEN_OVER], [], NOT_REPRODUCED, (), "never removed on this evidence"),
+    ("only-a-different-failure", FLINT, "open", "same", [TAKEN_OVER], [OTHER_OP], NOT_REPRODUCED, (),
+     "tried --without _batched_mm: failed"),
+    ("probe-passes", FLINT, "open", "same", [TAKEN_OVER], [probe(("_strided",), "pass", None)], NOT_REPRODUCED, (),
+     "--without _strided: pass"),
+    ("probe-times-out", FLINT, "open", "same", [TAKEN_OVER], [probe(("_batched_mm",), "timeout", "timed out")],
+     NOT_REPRODUCED, (), "no registered workaround shown to take over"),
+    # What it disabled must have fired in every passing run: else it is not what made them pass.
+    ("disabled-nothing-that-fired", FLINT, "open", "same", [TAKEN_OVER], [probe(("_histc",))], NOT_REPRODUCED, (),
+     "--without _histc"),
+    ("fired-in-one-run-only", FLINT, "open", "same", [TAKEN_OVER, TAKEN_OVER | {"workarounds_fired": {"_x": 1}}],
+     [PROVES], NOT_REPRODUCED, (), "no registered workaround shown"),
+    ("passes-record-no-hits-a-probe-proves-nothing", FLINT, "open", "same", [TAKEN_OVER | {"workarounds_fired": {}}],
+     [PROVES], NOT_REPRODUCED, (), "tried --without _batched_mm _histc: failed"),
+    ("probe-disabled-nothing", FLINT, "open", "same", [TAKEN_OVER], [probe(())], NOT_REPRODUCED, (), "tried"),
+    # The probe must be the reproducer as the passing runs ran it, at the planned versions.
+    ("probe-not-the-reproducer", FLINT, "open", "same", [TAKEN_OVER], [probe(("_batched_mm",), repro=None)],
+     NOT_REPRODUCED, (), "no registered workaround shown"),
+    ("probe-gate-kept", FLINT, "open", "same", [TAKEN_OVER], [probe(("_batched_mm",), workaround_off=[])],
+     NOT_REPRODUCED, (), "no registered workaround shown"),
+    ("probe-at-other-versions", FLINT, "open", "same", [TAKEN_OVER],
+     [probe(("_batched_mm",), versions={"torch": "2.12.0", "transformers": "5.23.0"})], NOT_REPRODUCED, (),
+     "no registered workaround shown"),
+    ("probe-of-another-export", FLINT, "open", "same", [TAKEN_OVER], [probe(("_batched_mm",), dynamic=True)],
+     NOT_REPRODUCED, (), "FlintModel (static): not probed"),
+    # Every export needs its own proof.
+    ("one-of-two-modes-proven", FLINT_BOTH, "open", "same", [TAKEN_OVER, TAKEN_OVER | {"dynamic": True}],
+     [PROVES], NOT_REPRODUCED, (), "FlintModel (dynamic)"),
+    ("both-modes-proven", FLINT_BOTH, "open", "same", [TAKEN_OVER, TAKEN_OVER | {"dynamic": True}],
+     [PROVES, PROVES | {"dynamic": True}], SUPERSEDED, ("_batched_mm", "_histc"), "FlintModel (dynamic): with"),
+    # Probes change nothing where the verdict is not not-reproduced.
+    ("pin-moved-is-removable", FLINT, "open", "moved", [TAKEN_OVER], [PROVES], REMOVABLE, (), "torch 2.12.0"),
+    ("not-planned-is-human", FLINT, "closed:not_planned", "same", [TAKEN_OVER], [PROVES], HUMAN, (), "a human decides"),
+    ("a-failing-run-is-still-needed", FLINT, "open", "same", [probe(())], [PROVES],
+     STILL_NEEDED, (), "still fails as recorded"),
+    ("unproven-pass-is-human", FLINT, "open", "same", [TAKEN_OVER | {"workaround_off": []}], [PROVES], HUMAN, (),
+     "workaround was off"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("subject", "upstream", "recorded", "outcomes", "probes", "expected", "names", "phrase"),
+                         [row[1:] for row in SUPERSESSION_ROWS], ids=[row[0] for row in SUPERSESSION_ROWS])  # fmt: skip
+def test_superseded_verdict_table(subject, upstream, recorded, outcomes, probes, expected, names, phrase):
+    found = state(upstream)
+    plan = plan_entry(subject, found, PINS, record(recorded, subject), force=True)
+    result = verdict(subject, plan, found, outcomes, probes)
+    assert (result.verdict, result.superseded_by) == (expected, names), result.reasons
+    assert phrase in " ".join(result.reasons), result.reasons
+    assert len(result.evidence) == len(outcomes)  # the probes are not re-runs of the entry's evidence
+
+
+def test_superseded_evidence_marks_the_proving_probe_and_keeps_the_tried_ones():
+    plan = plan_entry(FLINT, state("open"), PINS, record("same", FLINT), force=True)
+    result = verdict(FLINT, plan, state("open"), [TAKEN_OVER], [OTHER_OP, PROVES])
+    assert [(p["without"], p["proves"], p["status"]) for p in result.supersession] == [
+        (["_batched_mm"], False, "failed"), (["_batched_mm", "_histc"], True, "failed")]  # fmt: skip
+    assert result.evidence[0]["workarounds_fired"] == ["_batched_mm", "_strided"]
+    assert SUPERSEDED in REMOVAL_VERDICTS and SUPERSEDED in RERUN_VERDICTS and SUPERSEDED not in NEEDS_HUMAN
+
+
+def test_proves_takeover_needs_a_matching_failure_with_something_disabled():
+    assert proves_takeover(FLINT, PROVES)
+    assert not proves_takeover(FLINT, OTHER_OP)  # fails, but not as recorded
+    assert not proves_takeover(FLINT, probe(("_batched_mm",), "pass", HISTC_ERROR))  # a pass proves nothing
+    assert not proves_takeover(FLINT, probe(()))  # nothing disabled: the plain reproducer, not a takeover
+    assert not proves_takeover(PROBE, run("failed", HISTC_ERROR, subject=PROBE))  # a workaround records no failure
+
+
+# (id, fired in the passing runs, probes tried so far, proofs of other exports, next set to disable)
+NEXT_ROWS = [
+    ("first-fired-alone", ["_a", "_b"], [], [], ("_a",)),
+    ("then-the-next-alone", ["_a", "_b"], [{"workarounds_disabled": ["_a"]}], [], ("_b",)),
+    ("then-what-fired-behind-it", ["_a"], [{"workarounds_disabled": ["_a"], "workarounds_fired": {"_h": 1}}], [],
+     ("_a", "_h")),
+    ("expansions-skip-what-is-disabled", ["_a"], [{"workarounds_disabled": ["_a"], "workarounds_fired": {"_a": 1}}], [],
+     None),
+    ("expansion-sets-are-unordered", ["_a", "_h"],
+     [{"workarounds_disabled": ["_a"], "workarounds_fired": {"_h": 1}}, {"workarounds_disabled": ["_h"]},
+      {"workarounds_disabled": ["_h", "_a"]}], [], None),
+    ("another-exports-proof-first", ["_a", "_b"], [], [("_b", "_h")], ("_b", "_h")),
+    ("a-proof-sharing-nothing-fired-is-skipped", ["_a"], [], [("_z",)], ("_a",)),
+    ("nothing-fired", [], [], [], None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("fired", "tried", "preferred", "expected"), [r[1:] for r in NEXT_ROWS],
+                         ids=[r[0] for r in NEXT_ROWS])  # fmt: skip
+def test_next_superseders_table(fired, tried, preferred, expected):
+    assert next_superseders(fired, tried, preferred) == expected
