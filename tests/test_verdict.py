@@ -370,63 +370,111 @@ OTHER_OP = probe(("_batched_mm",), error="SpecViolationError: aten.empty_permute
                  workarounds_fired={"_histc": 1})  # fmt: skip
 PROVES = probe(("_batched_mm", "_histc"))
 
-# (id, subject, upstream, record, outcomes, probes, verdict, superseded_by, a phrase of the reasons)
+SEEN = "last verified still-needed, and no pin of its stack moved since"
+GO = "the entry can go while they stay registered"
+BOTH = "--without _batched_mm --without _histc"
+NONE_SHOWN = "; no registered workaround shown to take over: "
+LONG_ERROR = "SpecViolationError: " + "z" * 200
+
+
+def flint_claims(passed: str, takeover: str = "") -> str:
+    """The not-reproduced reason for Flint at the pins, with what the supersession probes tried."""
+    return f"{passed} at {AT}, where the entry claims /{HISTC}/ ({SEEN}); {REPRO}" + (NONE_SHOWN + takeover if takeover else "")
+
+
+def took_over(passed: str, names: str, *shown: str) -> list[str]:
+    return [f"{passed} at {AT} with no pin moved, and registered workarounds took over: {names}",
+            f"the bug is still there: {'; '.join(shown)}", GO]  # fmt: skip
+
+
+# (id, subject, upstream, record, outcomes, probes, verdict, superseded_by, reasons): the reasons name the
+# workarounds, each export's mode, the flags of the probe that proves it and its error line, or what was tried.
 SUPERSESSION_ROWS = [
     ("two-step-proof", FLINT, "open", "same", [TAKEN_OVER, TAKEN_OVER], [OTHER_OP, PROVES], SUPERSEDED,
-     ("_batched_mm", "_histc"), "--without _batched_mm --without _histc it fails as recorded: SpecViolationError"),
+     ("_batched_mm", "_histc"),
+     took_over(ALL_2, "_batched_mm, _histc", f"FlintModel (static): with {BOTH} it fails as recorded: {HISTC_ERROR}")),
     ("one-step-proof", FLINT, "none", "never", [TAKEN_OVER], [probe(("_batched_mm",))], SUPERSEDED, ("_batched_mm",),
-     "took over: _batched_mm"),
+     took_over(ALL_1, "_batched_mm",
+               f"FlintModel (static): with --without _batched_mm it fails as recorded: {HISTC_ERROR}")),
     ("unknown-tracker-still-proves", FLINT, "unknown", "same", [TAKEN_OVER], [PROVES], SUPERSEDED,
-     ("_batched_mm", "_histc"), "still there"),
-    ("no-probes", FLINT, "open", "same", [TAKEN_OVER], [], NOT_REPRODUCED, (), "never removed on this evidence"),
+     ("_batched_mm", "_histc"),
+     took_over(ALL_1, "_batched_mm, _histc", f"FlintModel (static): with {BOTH} it fails as recorded: {HISTC_ERROR}")),
+    ("no-probes", FLINT, "open", "same", [TAKEN_OVER], [], NOT_REPRODUCED, (), [flint_claims(ALL_1)]),
     ("only-a-different-failure", FLINT, "open", "same", [TAKEN_OVER], [OTHER_OP], NOT_REPRODUCED, (),
-     "tried --without _batched_mm: failed"),
+     [flint_claims(ALL_1, "FlintModel (static): tried --without _batched_mm: failed (SpecViolationError: "
+                          "aten.empty_permuted.default is not in Core ATen opset)")]),
     ("probe-passes", FLINT, "open", "same", [TAKEN_OVER], [probe(("_strided",), "pass", None)], NOT_REPRODUCED, (),
-     "--without _strided: pass"),
+     [flint_claims(ALL_1, "FlintModel (static): tried --without _strided: pass")]),
+    ("every-probe-tried-is-listed", FLINT, "open", "same", [TAKEN_OVER], [OTHER_OP, probe(("_strided",), "pass", None)],
+     NOT_REPRODUCED, (),
+     [flint_claims(ALL_1, "FlintModel (static): tried --without _batched_mm: failed (SpecViolationError: "
+                          "aten.empty_permuted.default is not in Core ATen opset); --without _strided: pass")]),
     ("probe-times-out", FLINT, "open", "same", [TAKEN_OVER], [probe(("_batched_mm",), "timeout", "timed out")],
-     NOT_REPRODUCED, (), "no registered workaround shown to take over"),
+     NOT_REPRODUCED, (), [flint_claims(ALL_1, "FlintModel (static): tried --without _batched_mm: timeout (timed out)")]),
+    ("probe-error-cut-at-120", FLINT, "open", "same", [TAKEN_OVER], [probe(("_batched_mm",), error=LONG_ERROR)],
+     NOT_REPRODUCED, (),
+     [flint_claims(ALL_1, f"FlintModel (static): tried --without _batched_mm: failed ({LONG_ERROR[:120]})")]),
     # What it disabled must have fired in every passing run: else it is not what made them pass.
     ("disabled-nothing-that-fired", FLINT, "open", "same", [TAKEN_OVER], [probe(("_histc",))], NOT_REPRODUCED, (),
-     "--without _histc"),
+     [flint_claims(ALL_1, f"FlintModel (static): tried --without _histc: failed ({HISTC_ERROR})")]),
     ("fired-in-one-run-only", FLINT, "open", "same", [TAKEN_OVER, TAKEN_OVER | {"workarounds_fired": {"_x": 1}}],
-     [PROVES], NOT_REPRODUCED, (), "no registered workaround shown"),
+     [PROVES], NOT_REPRODUCED, (),
+     [flint_claims(ALL_2, f"FlintModel (static): tried --without _batched_mm _histc: failed ({HISTC_ERROR})")]),
     ("passes-record-no-hits-a-probe-proves-nothing", FLINT, "open", "same", [TAKEN_OVER | {"workarounds_fired": {}}],
-     [PROVES], NOT_REPRODUCED, (), "tried --without _batched_mm _histc: failed"),
-    ("probe-disabled-nothing", FLINT, "open", "same", [TAKEN_OVER], [probe(())], NOT_REPRODUCED, (), "tried"),
+     [PROVES], NOT_REPRODUCED, (),
+     [flint_claims(ALL_1, f"FlintModel (static): tried --without _batched_mm _histc: failed ({HISTC_ERROR})")]),
+    ("probe-disabled-nothing", FLINT, "open", "same", [TAKEN_OVER], [probe(())], NOT_REPRODUCED, (),
+     [flint_claims(ALL_1, f"FlintModel (static): tried --without : failed ({HISTC_ERROR})")]),
     # The probe must be the reproducer as the passing runs ran it, at the planned versions.
     ("probe-not-the-reproducer", FLINT, "open", "same", [TAKEN_OVER], [probe(("_batched_mm",), repro=None)],
-     NOT_REPRODUCED, (), "no registered workaround shown"),
+     NOT_REPRODUCED, (), [flint_claims(ALL_1, f"FlintModel (static): tried --without _batched_mm: failed ({HISTC_ERROR})")]),
     ("probe-gate-kept", FLINT, "open", "same", [TAKEN_OVER], [probe(("_batched_mm",), workaround_off=[])],
-     NOT_REPRODUCED, (), "no registered workaround shown"),
+     NOT_REPRODUCED, (), [flint_claims(ALL_1, f"FlintModel (static): tried --without _batched_mm: failed ({HISTC_ERROR})")]),
     ("probe-at-other-versions", FLINT, "open", "same", [TAKEN_OVER],
      [probe(("_batched_mm",), versions={"torch": "2.12.0", "transformers": "5.23.0"})], NOT_REPRODUCED, (),
-     "no registered workaround shown"),
+     [flint_claims(ALL_1, f"FlintModel (static): tried --without _batched_mm: failed ({HISTC_ERROR})")]),
     ("probe-of-another-export", FLINT, "open", "same", [TAKEN_OVER], [probe(("_batched_mm",), dynamic=True)],
-     NOT_REPRODUCED, (), "FlintModel (static): not probed"),
+     NOT_REPRODUCED, (), [flint_claims(ALL_1, "FlintModel (static): not probed")]),
     # Every export needs its own proof.
     ("one-of-two-modes-proven", FLINT_BOTH, "open", "same", [TAKEN_OVER, TAKEN_OVER | {"dynamic": True}],
-     [PROVES], NOT_REPRODUCED, (), "FlintModel (dynamic)"),
+     [PROVES], NOT_REPRODUCED, (), [flint_claims(ALL_2, "FlintModel (dynamic): not probed")]),
+    ("no-mode-proven", FLINT_BOTH, "open", "same", [TAKEN_OVER, TAKEN_OVER | {"dynamic": True}], [OTHER_OP],
+     NOT_REPRODUCED, (),
+     [flint_claims(ALL_2, "FlintModel (static): tried --without _batched_mm: failed (SpecViolationError: "
+                          "aten.empty_permuted.default is not in Core ATen opset); FlintModel (dynamic): not probed")]),
+    ("nothing-fired-in-one-mode", FLINT_BOTH, "open", "same",
+     [TAKEN_OVER, TAKEN_OVER | {"dynamic": True, "workarounds_fired": {}}], [PROVES], NOT_REPRODUCED, (),
+     [flint_claims(ALL_2, "FlintModel (dynamic): no registered workaround fired in its passing runs to try")]),
     ("both-modes-proven", FLINT_BOTH, "open", "same", [TAKEN_OVER, TAKEN_OVER | {"dynamic": True}],
-     [PROVES, PROVES | {"dynamic": True}], SUPERSEDED, ("_batched_mm", "_histc"), "FlintModel (dynamic): with"),
+     [PROVES, PROVES | {"dynamic": True}], SUPERSEDED, ("_batched_mm", "_histc"),
+     took_over(ALL_2, "_batched_mm, _histc", f"FlintModel (static): with {BOTH} it fails as recorded: {HISTC_ERROR}",
+               f"FlintModel (dynamic): with {BOTH} it fails as recorded: {HISTC_ERROR}")),
     # Probes change nothing where the verdict is not not-reproduced.
-    ("pin-moved-is-removable", FLINT, "open", "moved", [TAKEN_OVER], [PROVES], REMOVABLE, (), "torch 2.12.0"),
-    ("not-planned-is-human", FLINT, "closed:not_planned", "same", [TAKEN_OVER], [PROVES], HUMAN, (), "a human decides"),
-    ("a-failing-run-is-still-needed", FLINT, "open", "same", [probe(())], [PROVES],
-     STILL_NEEDED, (), "still fails as recorded"),
+    ("pin-moved-is-removable", FLINT, "open", "moved", [TAKEN_OVER], [PROVES], REMOVABLE, (),
+     [f"{ALL_1}; upstream open{MOVED}"]),
+    ("not-planned-is-human", FLINT, "closed:not_planned", "same", [TAKEN_OVER], [PROVES], HUMAN, (),
+     [f"{ALL_1}, but upstream closed:not_planned: a human decides"]),
+    ("a-failing-run-is-still-needed", FLINT, "open", "same", [probe(())], [PROVES], STILL_NEEDED, (),
+     [f"still fails as recorded (/{HISTC}/) at {AT}"]),
     ("unproven-pass-is-human", FLINT, "open", "same", [TAKEN_OVER | {"workaround_off": []}], [PROVES], HUMAN, (),
-     "workaround was off"),
+     ["FlintModel (static) passed, but it does not show the entry's workaround was off (the ledger gate did not "
+      f"apply and get skipped){NO_PROOF}"]),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("subject", "upstream", "recorded", "outcomes", "probes", "expected", "names", "phrase"),
+@pytest.mark.parametrize(("subject", "upstream", "recorded", "outcomes", "probes", "expected", "names", "reasons"),
                          [row[1:] for row in SUPERSESSION_ROWS], ids=[row[0] for row in SUPERSESSION_ROWS])  # fmt: skip
-def test_superseded_verdict_table(subject, upstream, recorded, outcomes, probes, expected, names, phrase):
+def test_superseded_verdict_table(subject, upstream, recorded, outcomes, probes, expected, names, reasons):
     found = state(upstream)
     plan = plan_entry(subject, found, PINS, record(recorded, subject), force=True)
     result = verdict(subject, plan, found, outcomes, probes)
-    assert (result.verdict, result.superseded_by) == (expected, names), result.reasons
-    assert phrase in " ".join(result.reasons), result.reasons
-    assert len(result.evidence) == len(outcomes)  # the probes are not re-runs of the entry's evidence
+    assert (result.entry_id, result.verdict, result.superseded_by, result.reasons) == (subject.id, expected, names,
+                                                                                        reasons)  # fmt: skip
+    assert result.evidence == [evidence_of(o) for o in outcomes]  # the probes are not re-runs of the entry's evidence
+    # Where probes were read (superseded or not-reproduced), every one tried is kept, with what it disabled.
+    kept = probes if expected in (SUPERSEDED, NOT_REPRODUCED) else []
+    assert [{k: v for k, v in p.items() if k != "proves"} for p in result.supersession] == [
+        evidence_of(p) | {"without": list(p["workarounds_disabled"])} for p in kept]  # fmt: skip
 
 
 def test_superseded_evidence_marks_the_proving_probe_and_keeps_the_tried_ones():
