@@ -172,8 +172,10 @@ def render(results: list[dict], reasons: dict[str, str]) -> str:
                 continue
             shown = True
             reason = reasons.get(mutant, "**unexplained**: kill it with a test or explain it")
+            # a survivor is explained as equivalent; a mutant that did not finish (timeout) by why it hangs
+            label = "Equivalent" if status == "survived" else "Explained"
             lines += [f"### `{mutant}` ({status})", "", "```diff", result["diffs"].get(mutant, "").rstrip(), "```",
-                      "", f"Equivalent: {reason}" if mutant in reasons else reason, ""]
+                      "", f"{label}: {reason}" if mutant in reasons else reason, ""]
     if not shown:
         lines.append("None.")
     return "\n".join(lines) + "\n"
