@@ -38,7 +38,6 @@ bot.venvs built from the pins is used). Outcomes record the versions they ran wi
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import sys
 from collections import Counter
@@ -60,6 +59,7 @@ from bot.candidate import (
 )
 from bot.environment import EnvironmentCheck
 from bot.errors import EXIT_FAILED, UsageProblem, report_errors
+from bot.json_output import emit_json, json_file_option, on_stdout
 from bot.options import (
     github_url_option,
     index_option,
@@ -643,13 +643,7 @@ def _make_tracker(
     show_default=True,
     help="Seconds before one re-run export is killed (status timeout).",
 )
-@click.option(
-    "--json",
-    "json_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write the JSON report (docs/audit-report.md) here; - prints it on stdout (tables go to stderr).",
-)
+@json_file_option("the report", "docs/audit-report.md")
 @click.option(
     "--markdown",
     "markdown_file",
@@ -774,7 +768,7 @@ def audit_command(
             registry=registry_dir, classes_file=classes_file,
         )  # fmt: skip
 
-    to_stdout = json_file == Path("-")  # --json -: the JSON report is the result; tables go to stderr
+    to_stdout = on_stdout(json_file)  # --json -: the JSON report is the result; tables go to stderr
     console = Console(stderr=to_stdout)
     console.print(render_table(report))
     if with_workarounds:
@@ -784,12 +778,10 @@ def audit_command(
         check = report.candidate_check
         click.echo(
             f"candidate {candidate}: removable once pinned: {', '.join(check.removable) or 'nothing'}; "
-            f"regressions: {len(check.regressions)} of {len(check.rows)} sampled exports"
+            f"regressions: {len(check.regressions)} of {len(check.rows)} sampled exports", err=to_stdout
         )
-    if to_stdout:
-        click.echo(json.dumps(report.as_dict(), indent=2))
-    elif json_file is not None:
-        json_file.write_text(json.dumps(report.as_dict(), indent=2) + "\n", encoding="utf-8")
+    if json_file is not None:
+        emit_json(report.as_dict(), json_file)
     markdown = render_markdown(report)
     if markdown_file is not None:
         markdown_file.write_text(markdown, encoding="utf-8")
@@ -812,7 +804,8 @@ def audit_command(
     if open_prs:
         from bot.shrink import run_pr
 
-        if run_pr(report.as_dict(), apply=None, github_url=github_url, token_env=token_env) != 0:
+        if run_pr(report.as_dict(), apply=None, github_url=github_url, token_env=token_env,
+                  text_to_stderr=to_stdout) != 0:
             code = EXIT_FAILED
     click.get_current_context().exit(code)
 

@@ -8,7 +8,6 @@ as one line. ``--debug`` shows tracebacks.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from rich.table import Table
 
 from bot.errors import EXIT_FAILED, ExportbotGroup, SuggestingChoice, UsageProblem, report_errors
 from bot.generate_cli import export_generation_command, generation_class
+from bot.json_output import emit_json, json_flag
 from bot.runner import BACKENDS, PASS, SKIPPED, ExportRequest, export_one
 from exporters.export_options import DTYPES, TASKS
 
@@ -99,7 +99,7 @@ def quiet_library_logs() -> None:
 @click.option("--repro", "repro", default=None, metavar="ENTRY_ID",
               help="Export ledger entry ENTRY_ID's reproducer (registry/README.md) without the ledger: exactly "
               "what `exportbot audit` re-runs for it.")
-@click.option("--json", "as_json", is_flag=True, help="Print the outcome record as JSON on stdout.")
+@json_flag("the outcome record", "the record fields of docs/sweep-results.md")
 @click.option("--outcome-json", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the outcome record (status, error, diffs, workarounds fired) as JSON here.")
 @report_errors
@@ -160,9 +160,9 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
                 raise UsageProblem(str(error)) from None
         outcome.files = publish(staging, out_dir, outcome.files)
     if outcome_json is not None:
-        write_atomically(outcome_json, json.dumps(outcome.as_dict(), indent=2) + "\n")
+        emit_json(outcome.as_dict(), outcome_json)
     if as_json:
-        click.echo(json.dumps(outcome.as_dict(), indent=2))
+        emit_json(outcome.as_dict())
     elif outcome.status == SKIPPED:
         click.echo(f"{model}: skipped by ledger entry {outcome.ledger_entry!r}: {outcome.ledger_reason}")
     else:
@@ -175,13 +175,6 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
             click.echo(json.loads(Path(outcome.files["summary"]).read_text()).get("traceback", ""), err=True)
     if outcome.status != PASS:
         sys.exit(EXIT_FAILED)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename: never a half-written file."""
-    temporary = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    temporary.write_text(text)
-    os.replace(temporary, path)
 
 
 def _failure_line(outcome: Any) -> str:
@@ -223,7 +216,7 @@ def _print_outcome(outcome: Any) -> None:
 
 
 @main.command("list-workarounds")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_flag("every workaround (name, kind, backend, targets, upstream, dependency, summary)", "a list of objects")
 @report_errors
 def list_workarounds_command(as_json: bool) -> None:
     """List every registered workaround: kind, backend, targets, upstream issue, dependency.
@@ -244,7 +237,7 @@ def list_workarounds_command(as_json: bool) -> None:
     load_all_workarounds()
     workarounds = [w.as_dict() for w in all_workarounds()]
     if as_json:
-        click.echo(json.dumps(workarounds, indent=2))
+        emit_json(workarounds)
         return
     table = compact_table("workaround (targets)", "backend · kind\nupstream · needs", title=f"{len(workarounds)} workarounds")
     table.columns[0].width = max(len(w["name"]) for w in workarounds)

@@ -36,6 +36,12 @@ class SummaryRow:
         built = self.total - self.counts[BUILD_ERROR]
         return self.counts[PASS] / built if built else 0.0
 
+    def as_dict(self) -> dict[str, Any]:
+        """``sweep ... --json``'s summary row (docs/sweep-results.md): counts in ``STATUSES`` order, rates 0-1."""
+        counts = {status: self.counts[status] for status in summary_statuses([self])}
+        return {"backend": self.backend, "mode": self.mode, "total": self.total, "counts": counts,
+                "pass_rate": round(self.pass_rate, 4), "built_pass_rate": round(self.built_pass_rate, 4)}
+
 
 def summarize(records: Iterable[Mapping[str, Any]]) -> list[SummaryRow]:
     rows: dict[tuple[str, str], SummaryRow] = {}
