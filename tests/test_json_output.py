@@ -46,6 +46,28 @@ added = 2025-01-01
 STATIC = {"backend": "dynamo", "mode": "static"}
 
 
+DATA_KEYED = {"counts", "outcomes"}  # objects keyed by data (statuses) or holding whole outcome records
+
+
+def documented(doc: str, marker: str) -> Any:
+    """The first ```json example after ``marker`` in docs/``doc``: the shape the page promises."""
+    text = (ROOT / "docs" / doc).read_text()
+    after = text[text.index(marker):]
+    return json.loads(after.split("```json\n", 1)[1].split("```", 1)[0])
+
+
+def assert_same_shape(real: Any, promised: Any, where: str = "") -> None:
+    """Every object has the documented keys, no more and no fewer, down through lists of objects."""
+    if isinstance(promised, dict):
+        assert isinstance(real, dict) and list(real) == list(promised), f"{where}: {list(real)} != {list(promised)}"
+        for key in promised:
+            if key not in DATA_KEYED and real[key] is not None and promised[key] is not None:
+                assert_same_shape(real[key], promised[key], f"{where}.{key}")
+    elif isinstance(promised, list) and promised and real:
+        for item in real:
+            assert_same_shape(item, promised[0], f"{where}[]")
+
+
 # ── sweep ──
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
@@ -81,6 +103,7 @@ def test_sweep_run_json_is_all_of_stdout_and_matches_the_records(swept: dict[str
             {"signature": "crashed: SIGSEGV", "count": 1, "exports": [{"model": "GPT2Model", **STATIC}]}]},
     }  # fmt: skip
     assert "3 classes, 3 exports to run (0 already recorded)" in swept["stderr"]  # progress stays on stderr
+    assert_same_shape(data, documented("sweep-results.md", "`exportbot sweep run ... --json`"))
 
 
 def _failing_record(model: str, error: str) -> dict[str, Any]:
@@ -100,6 +123,7 @@ def test_sweep_triage_json_groups_every_failure_of_the_files(swept: dict[str, An
         {"signature": "failed: RuntimeError: Cannot view a tensor with shape [N, N, N]", "count": 2, "exports": onnx},
         {"signature": "crashed: SIGSEGV", "count": 1, "exports": [{"model": "GPT2Model", **STATIC}]},
     ]}  # fmt: skip
+    assert_same_shape(data, documented("sweep-results.md", "`exportbot sweep triage FILES... --json`"))
     top = json.loads(CliRunner().invoke(sweep_group, ["triage", str(extra), str(swept["results"]), "--json",
                                                       "--top", "1"]).stdout)  # fmt: skip
     assert top["groups_total"] == 2 and [g["count"] for g in top["groups"]] == [2]
@@ -115,7 +139,9 @@ def test_sweep_coverage_json_says_what_it_wrote(swept: dict[str, Any]) -> None:
     result = CliRunner().invoke(sweep_group, ["coverage", str(swept["results"]), "--census", str(census),
                                               "--out", str(out), "--json"])  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {
+    data = json.loads(result.stdout)
+    assert_same_shape(data, documented("sweep-results.md", "`exportbot sweep coverage FILES... --json`"))
+    assert data == {
         "out": str(out), "exports": 3,
         "summary": [{**STATIC, "total": 3, "counts": {"pass": 1, "crashed": 1, "skipped": 1},
                      "pass_rate": 0.3333, "built_pass_rate": 0.3333}],
@@ -137,6 +163,7 @@ def test_pr_local_json_is_the_plan_the_text_prints(tmp_path: Path, monkeypatch: 
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert tuple(data) == PR_JSON_KEYS
+    assert_same_shape(data, documented("audit-report.md", "### `exportbot pr --json`"))
     assert data["status"] == "planned" and data["against"] == f"{root} at {git(root, 'rev-parse', 'HEAD')[:12]}"
     assert {e["id"]: e["in_pr"] for e in data["entries"]} == {
         "t5-cast-folding": True, "bart-gather-fold": False, "led-global-attention": False}  # fmt: skip
@@ -210,6 +237,7 @@ def test_bisect_json_on_stdout_is_the_search_and_the_fix(bisect_world: Path, tmp
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)  # the table and every line went to stderr
     assert "first passing release 2.14.1" in result.stderr and "bisect of torch after 2.13.0" in result.stderr
+    assert_same_shape(data, documented("audit-report.md", "### `exportbot bisect --json FILE`"))
     probes = [(p["version"], p["outcome"]) for p in data["probes"]]
     assert probes == [("2.15.0", "uninstallable"), ("2.14.1", "pass"), ("2.14.0", "fail")]
     assert {k: data[k] for k in ("target", "kind", "package", "pinned", "candidates", "dry_run", "exports")} == {
