@@ -38,13 +38,14 @@ def generation_class(model: str, task: str | None) -> str | None:
         return None
     import json
 
-    from exporters.export_options import OptionError, class_for_task
+    from exporters.export_options import OptionError, class_for_task, resolve_class_name
     from exporters.tiny import TinyModelError, model_class
 
     path = Path(model)
     try:
-        if path.is_dir():
+        if path.is_dir():  # architectures[0], or (a config without it) the task's head
             name = (json.loads((path / "config.json").read_text()).get("architectures") or [""])[0]
+            name = name or resolve_class_name(model, task)
         else:
             name = model
         cls = model_class(name)
@@ -66,18 +67,23 @@ class LedgerSkip(Exception):
 def build_generation_model(model: str, seed: int, task: str | None = None,
                            overrides: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """The eager model for a generation export and the ``source`` record that rebuilds it later."""
+    from exporters.export_options import OptionError, load_checkpoint
     from exporters.generation import generation_kind
-    from exporters.tiny import TinyModelError, build_tiny, load_local
+    from exporters.tiny import TinyModelError, build_tiny
 
     path = Path(model)
     try:
-        if path.is_dir():
-            built = load_local(path, seed).model
-            source = {"checkpoint": str(path.resolve()), "seed": seed}
+        if path.is_dir():  # as `export` loads it: its weights, else random from its config; the task's head
+            name = generation_class(model, task or "text-generation")
+            if name is None:
+                raise UsageProblem(f"{model}: no generating head for its config; choose one with --task "
+                                   f"{' or '.join(GENERATION_TASKS)}")
+            built, _ = load_checkpoint(model, name, seed)
+            source = {"checkpoint": str(path.resolve()), "seed": seed, "task": task}
         else:
             built = build_tiny(model, seed, overrides=overrides).model
             source = {"tiny": model, "seed": seed, "overrides": overrides or {}}
-    except TinyModelError as error:
+    except (TinyModelError, OptionError) as error:
         raise UsageProblem(str(error)) from None
     try:
         kind = generation_kind(built)
@@ -107,7 +113,7 @@ def rebuild_source(source: dict[str, Any]) -> Any:
         model, _ = build_generation_model(source["tiny"], source.get("seed", 0), overrides=source.get("overrides"))
         return model
     if "checkpoint" in source:
-        model, _ = build_generation_model(source["checkpoint"], source.get("seed", 0))
+        model, _ = build_generation_model(source["checkpoint"], source.get("seed", 0), source.get("task"))
         return model
     raise UsageProblem("the bundle records no source model to compare with (use --no-compare)")
 

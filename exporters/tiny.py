@@ -15,7 +15,6 @@ import inspect
 import math
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -501,19 +500,6 @@ def _break_router_ties(model: torch.nn.Module, seed: int) -> None:
         for name, parameter in model.named_parameters():
             if "router" in name and parameter.dim() == 2 and not parameter.any():
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
-
-
-def load_local(directory: Path, seed: int = 0) -> TinyModel:
-    """Load a user's checkpoint directory offline (``from_pretrained``) and make sample inputs for it."""
-    import transformers
-
-    config = transformers.AutoConfig.from_pretrained(directory, local_files_only=True)
-    architectures = getattr(config, "architectures", None) or []
-    if not architectures:
-        raise TinyModelError(f"{directory}: config.json names no architecture")
-    cls = model_class(architectures[0])
-    model = cls.from_pretrained(directory, local_files_only=True).eval()
-    return TinyModel(model, sample_inputs(model, seed=seed))
 
 
 # ── Sample inputs ──

@@ -70,6 +70,28 @@ def test_checkpoint_without_architectures_exports_with_task(tmp_path: Path):
     assert "random weights" in " ".join(metadata["notes"])
 
 
+def test_checkpoint_without_architectures_exports_a_generation_bundle_with_task(tmp_path: Path):
+    """--task text-generation on a config-only checkpoint that names no architecture: the prefill + decode
+    bundle (not a single graph), whose eager twin `generate` rebuilds from the same config, task and seed."""
+    import transformers
+
+    checkpoint = tmp_path / "ckpt"
+    transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, vocab_size=128).save_pretrained(checkpoint)  # fmt: skip
+    assert not json.loads((checkpoint / "config.json").read_text()).get("architectures")
+    result = cli("export", str(checkpoint), "--task", "text-generation", "--backend", "onnx",
+                 "--out", str(tmp_path / "gen"))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "gen" / "export.json").read_text())
+    assert manifest["model_class"] == "LlamaForCausalLM" and manifest["generation"]["kind"] == "decoder-only"
+    assert manifest["generation"]["source"] == {"checkpoint": str(checkpoint.resolve()), "seed": 0,
+                                                "task": "text-generation"}  # fmt: skip
+    generated = cli("generate", str(tmp_path / "gen"), "--max-new-tokens", "4", "--json")
+    assert generated.exit_code == 0, generated.output
+    comparison = json.loads(generated.stdout)["eager_comparison"]
+    assert comparison["status"] == "pass", comparison
+
+
 def test_task_chooses_the_head_of_a_class_name(tmp_path: Path):
     result = cli("export", "BertModel", "--task", "fill-mask", "--json", "--out", str(tmp_path))
     assert result.exit_code == 0, result.stderr
