@@ -23,6 +23,7 @@ from fake_github import FakeGitHub, Fault, fake_github_fixture  # noqa: F401 (th
 from test_audit import skip_entry, write_registry
 from test_shrink import REPO, TOKEN, client, invoke, no_throttle, server_fixture  # noqa: F401 (fixtures)
 from test_shrink_edges import FIRST, OPTIMIZE, VERIFIED, checkout, git
+from test_sweep import SKIPS_TOML  # gates AlbertModel (albert-gated)
 
 from bot import bisect as bisect_module
 from bot.bisect import bisect_command
@@ -32,17 +33,6 @@ from bot.venvs import Uninstallable
 from exporters.ledger import load_ledger
 
 ROOT = Path(__file__).resolve().parents[1]
-SKIPS_TOML = """[[entry]]
-id = "albert-gated"
-models = ["AlbertModel"]
-backend = "dynamo"
-scope = "all"
-dependency = "torch"
-reason = "test entry, honoured"
-model_change = "none"
-failure = 'boom'
-added = 2025-01-01
-"""
 STATIC = {"backend": "dynamo", "mode": "static"}
 
 
