@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STATIC = {"backend": "dynamo", "mode": "static"}
 
 
-DATA_KEYED = {"counts", "outcomes"}  # objects keyed by data (statuses) or holding whole outcome records
+DATA_KEYED = {"counts", "causes", "outcomes"}  # keyed by data (statuses, cause ids) or whole outcome records
 
 
 def documented(doc: str, marker: str) -> Any:
@@ -121,13 +121,16 @@ def test_sweep_triage_json_groups_every_failure_of_the_files(swept: dict[str, An
     assert table.exit_code == 0 and "Top failure groups (2 of 2)" in table.stdout  # the text shows the same groups
 
 
-def test_sweep_coverage_json_says_what_it_wrote(swept: dict[str, Any]) -> None:
+def test_sweep_coverage_json_says_what_it_wrote_and_why_the_rest_do_not_pass(swept: dict[str, Any]) -> None:
     out = swept["tmp"] / "coverage.md"
     census = swept["tmp"] / "census.jsonl"
     census.write_text('{"model": "BertModel", "status": "ok"}\n{"model": "GPT2Model", "status": "ok"}\n'
                       '{"model": "FooModel", "status": "build-error", "error": "no config"}\n')  # fmt: skip
-    result = CliRunner().invoke(sweep_group, ["coverage", str(swept["results"]), "--census", str(census),
-                                              "--out", str(out), "--json"])  # fmt: skip
+    causes = swept["tmp"] / "causes.toml"
+    causes.write_text('[[cause]]\nid = "gpt2-test-segfault"\nsignature = "crashed: SIGSEGV"\nmodels = ["GPT2*"]\n'
+                      'level = "resources"\nreason = "the test makes it segfault"\naction = "none"\n')  # fmt: skip
+    args = ["coverage", str(swept["results"]), "--out", str(out), "--json"]
+    result = CliRunner().invoke(sweep_group, [*args, "--census", str(census), "--causes", str(causes)])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert_same_shape(data, documented("sweep-results.md", "`exportbot sweep coverage FILES... --json`"))
@@ -136,11 +139,14 @@ def test_sweep_coverage_json_says_what_it_wrote(swept: dict[str, Any]) -> None:
         "summary": [{**STATIC, "total": 3, "counts": {"pass": 1, "crashed": 1, "skipped": 1},
                      "pass_rate": 0.3333, "built_pass_rate": 0.3333}],
         "census": {"classes": 3, "counts": {"ok": 2, "build-error": 1}},
+        "not_passing": {"ledger": 1, "builder_gap": 0, "causes": {"gpt2-test-segfault": 1}, "untriaged": []},
     }  # fmt: skip
     text = out.read_text()
     assert "| BertModel | dynamo | static | pass |" in text and "| GPT2Model | dynamo | static | crashed |" in text
-    plain = CliRunner().invoke(sweep_group, ["coverage", str(swept["results"]), "--out", str(out), "--json"])
-    assert json.loads(plain.stdout)["census"] is None
+    assert "| gpt2-test-segfault | resources | 1 |" in text  # the file says what the JSON says
+    plain = json.loads(CliRunner().invoke(sweep_group, [*args, "--causes", str(swept["tmp"] / "none.toml")]).stdout)
+    assert plain["census"] is None and plain["not_passing"] == {"ledger": 1, "builder_gap": 0, "causes": {},
+        "untriaged": [{"model": "GPT2Model", **STATIC, "signature": "crashed: SIGSEGV"}]}  # fmt: skip
 
 
 # ── pr ──

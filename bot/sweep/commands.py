@@ -18,14 +18,14 @@ from bot.errors import UsageProblem, report_errors
 from bot.json_output import emit_json, json_flag
 from bot.runner import BACKENDS
 from bot.sweep.catalogue import enumerate_model_classes
-from bot.sweep.causes import DEFAULT_CAUSES, CausesError, load_causes
+from bot.sweep.causes import DEFAULT_CAUSES, Cause, CausesError, explain, load_causes
 from bot.sweep.isolation import SweepError, SweepSettings, run_sweep
 from bot.sweep.records import merge_records, record_key
-from bot.sweep.reports import coverage_markdown, summarize, summary_markdown
+from bot.sweep.reports import CENSUS_OK, coverage_markdown, summarize, summary_markdown
 from bot.sweep.results import ResultsError, ResultsWriter, read_results, repair_tail, write_records
 from bot.sweep.tasks import MODES, Key, parse_class_list, parse_shard, plan_tasks, select_classes
 from bot.sweep.terminal import SweepProgress, summary_table, triage_table
-from bot.sweep.triage import triage
+from bot.sweep.triage import failure_signature, triage
 
 if TYPE_CHECKING:
     from exporters.ledger import Ledger
@@ -287,12 +287,26 @@ def coverage_command(files: tuple[Path, ...], out: Path, census_files: tuple[Pat
     out.write_text(coverage_markdown(records, command, census, causes), encoding="utf-8")
     exports = merge_records(records)
     if as_json:
-        latest = {record["model"]: record["status"] for record in census}  # a rerun supersedes, as in the file
-        census_counts = {"classes": len(latest), "counts": dict(Counter(latest.values()).most_common())}
-        emit_json({"out": str(out), "exports": len(exports), "summary": _summary_json(exports),
-                   "census": census_counts if census else None})  # fmt: skip
+        emit_json(_coverage_json(out, exports, census, causes))
     else:
         click.echo(f"{out}: {len(exports)} exports")
+
+
+def _coverage_json(out: Path, exports: Sequence[Mapping[str, Any]], census: Sequence[Mapping[str, Any]],
+                   causes: Sequence[Cause]) -> dict[str, Any]:  # fmt: skip
+    """What ``coverage --json`` prints: the counts of the file it wrote, and why the rest do not pass."""
+    latest = {record["model"]: record["status"] for record in census}  # a rerun supersedes, as in the file
+    explanation = explain(exports, causes, {m: s == CENSUS_OK for m, s in latest.items()} if census else None)
+    return {
+        "out": str(out), "exports": len(exports), "summary": _summary_json(exports),
+        "census": {"classes": len(latest), "counts": dict(Counter(latest.values()).most_common())} if census else None,
+        "not_passing": {
+            "ledger": len(explanation.ledger), "builder_gap": len(explanation.builder_gap),
+            "causes": {cause_id: len(found) for cause_id, found in explanation.by_cause.items()},
+            "untriaged": [{"model": r["model"], "backend": r["backend"], "mode": r["mode"],
+                           "signature": failure_signature(r)} for r in sorted(explanation.untriaged, key=record_key)],
+        },
+    }  # fmt: skip
 
 
 def _census_record(line: str, path: Path) -> dict[str, Any]:
