@@ -10,7 +10,8 @@ Two spellings, one behaviour:
 
 Either way stdout then holds exactly one JSON document, so ``exportbot ... --json | jq`` always parses.
 Bad input (exit 2) is one line on stderr and nothing on stdout, with or without ``--json``, as for every
-command. The shapes are documented next to each command's other output: docs/sweep-results.md (sweep),
+command; so is Ctrl-C (exit 130). A run that ends in a failure it can describe (a failed export, a stopped
+``pr``) still prints its document, with exit 1. The shapes are documented next to each command's other output: docs/sweep-results.md (sweep),
 docs/audit-report.md (audit, pr, bisect), docs/export-format.md and README.md (export).
 """
 

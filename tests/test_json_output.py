@@ -27,7 +27,7 @@ from test_sweep import SKIPS_TOML  # gates AlbertModel (albert-gated)
 
 from bot import bisect as bisect_module
 from bot.bisect import bisect_command
-from bot.shrink import PR_JSON_KEYS, pr_command
+from bot.shrink import PR_JSON_KEYS, pr_command, run_pr
 from bot.sweep import TEST_CRASH_ENV, read_results, sweep_group
 from bot.venvs import Uninstallable
 from exporters.ledger import load_ledger
@@ -150,7 +150,8 @@ def test_sweep_coverage_json_says_what_it_wrote_and_why_the_rest_do_not_pass(swe
 
 
 # ── pr ──
-def test_pr_local_json_is_the_plan_the_text_prints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pr_local_json_is_the_plan_the_text_prints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     root = checkout(tmp_path)
     monkeypatch.chdir(root)
     report_file = tmp_path / "report.json"
@@ -173,6 +174,12 @@ def test_pr_local_json_is_the_plan_the_text_prints(tmp_path: Path, monkeypatch: 
     head = git(root, "rev-parse", "HEAD")[:12]
     assert data["steps"] == [f"commit the removals (parents {head}); create branch exportbot/shrink",
                              "open a PR exportbot/shrink → main", "add labels exportbot, ledger-shrink"]  # fmt: skip
+
+    # `audit --json - --open-prs`: the report is stdout, so the PR's text goes to stderr, all of it
+    capsys.readouterr()
+    assert run_pr(FIRST, apply=None, local=True, text_to_stderr=True) == 0
+    printed = capsys.readouterr()
+    assert printed.out == "" and data["diff"] in printed.err and data["body"] in printed.err
 
 
 def test_pr_json_after_applying_and_after_a_stop(server: FakeGitHub, tmp_path: Path) -> None:
