@@ -273,3 +273,28 @@ def test_bad_input_with_json_is_one_line_on_stderr_and_nothing_on_stdout(bisect_
     result = CliRunner().invoke(bisect_command, ["nope", "--registry", str(bisect_world), "--json", "-"])
     assert result.exit_code == 2 and result.stdout == ""
     assert "'nope' is neither a ledger entry" in result.stderr
+
+
+# ── every command ──
+PRINTS_A_TABLE = {"export", "list-workarounds", "audit", "sweep run", "sweep triage", "sweep coverage", "pr", "bisect",
+                  "generate"}  # fmt: skip
+PRINTS_LINES = {"lint", "sweep merge", "workarounds index", "workarounds remove"}  # messages, no table
+
+
+def test_every_command_that_prints_a_table_takes_json() -> None:
+    """Issue #18: ``--json`` for every command that prints a table. A new command must be sorted into one set."""
+    import click
+
+    from bot.cli import main
+
+    def leaves(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
+        found: dict[str, click.Command] = {}
+        for name, command in group.commands.items():
+            path = f"{prefix} {name}".strip()
+            found |= leaves(command, path) if isinstance(command, click.Group) else {path: command}
+        return found
+
+    commands = leaves(main)
+    assert set(commands) == PRINTS_A_TABLE | PRINTS_LINES
+    with_json = {path for path, command in commands.items() if any("--json" in p.opts for p in command.params)}
+    assert with_json == PRINTS_A_TABLE
