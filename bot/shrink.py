@@ -398,6 +398,10 @@ def print_outcome(outcome: ShrinkOutcome, console: Console, err: bool = False) -
             click.echo(f"--- dashboard body:\n{outcome.dashboard}", err=err)
 
 
+PR_JSON_KEYS = ("status", "against", "entries", "steps", "warnings", "pr_url", "dashboard_step", "files", "diff",
+                "commit_message", "title", "body", "dashboard", "stopped")  # fmt: skip
+
+
 def outcome_json(outcome: ShrinkOutcome) -> dict[str, Any]:
     """``exportbot pr --json``: the facts :func:`print_outcome` prints (docs/audit-report.md, "exportbot pr --json")."""
     plan = outcome.plan
@@ -429,10 +433,6 @@ def stopped_json(stop: ShrinkStopped) -> dict[str, Any]:
         "stopped": {"step": stop.step, "problem": stop.problem, "written": list(stop.done),
                     "rerun_completes": stop.rerun, "message": stop.explain()},
     }  # fmt: skip
-
-
-PR_JSON_KEYS = ("status", "against", "entries", "steps", "warnings", "pr_url", "dashboard_step", "files", "diff",
-                "commit_message", "title", "body", "dashboard", "stopped")  # fmt: skip
 
 
 def _load(config_file: Path | None, repository: str | None) -> tuple[BotConfig, Path]:
