@@ -139,6 +139,43 @@ def test_pt2_loads_in_a_fresh_process_and_returns_eagers_structure(llama_dynamo,
     assert completed.stdout.strip() == "ok ['input_ids', 'attention_mask']"
 
 
+def test_memoised_pt2_load_is_torchs_load_with_less_repeated_work(llama_dynamo, monkeypatch):
+    """``load_program`` returns the program plain ``torch.export.load`` returns (graph, every node's
+    fake value, ranges, weights) while asking for each schema class's type hints and each expression's
+    parse once."""
+    import typing
+
+    from exporters.pt2_loading import load_program
+
+    _, directory = llama_dynamo
+    exporters.register_bundle_types(directory)
+    calls = {"hints": 0, "parses": 0}
+    hints, sympify = typing.get_type_hints, sympy.sympify
+
+    def counted(name, function):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(typing, "get_type_hints", counted("hints", hints))
+    monkeypatch.setattr(sympy, "sympify", counted("parses", sympify))
+    plain = load_program(directory / "model.pt2", memoised=False)
+    plain_calls = dict(calls)
+    calls.update(hints=0, parses=0)
+    memoised = load_program(directory / "model.pt2")
+    assert calls["hints"] * 20 < plain_calls["hints"] and calls["parses"] * 2 < plain_calls["parses"], (calls, plain_calls)
+
+    def described(program):
+        return [(n.name, n.op, str(n.target), str(n.meta.get("val"))) for n in program.graph.nodes]
+
+    assert described(memoised) == described(plain)
+    assert memoised.range_constraints == plain.range_constraints
+    assert memoised.call_spec == plain.call_spec
+    assert memoised.state_dict.keys() == plain.state_dict.keys()
+    assert all(torch.equal(memoised.state_dict[k], v) for k, v in plain.state_dict.items())
+
+
 PLAIN_TORCH_LOAD = r"""
 import sys, torch
 path = sys.argv[1] + "/model.pt2"
