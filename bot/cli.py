@@ -113,8 +113,9 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
 
     MODEL is a transformers class name (built tiny and random), a local checkpoint directory, or a hub id
     (org/name: its config, and its weights with --pretrained). The artifact is validated against eager
-    (and at a second shape when --dynamic) and written with summary.json (options, diffs, timings,
-    workarounds fired) to --out; a failure is one line (stage, cause, hint), its full text in summary.json.
+    (and at a second shape when --dynamic) and written as a bundle (export.json, summary.json: options,
+    diffs, timings, workarounds fired) to --out. A failure leaves --out as it was and is one line (stage,
+    cause, hint); its full text is in OUT.failed.json beside --out.
 
     \b
     Examples:
@@ -123,7 +124,7 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
       exportbot export ViTModel --backend executorch --batch-size 1 --image-size 64
       exportbot export LlamaModel --dynamic-dim input_ids:1:2:32 --dynamic-dim attention_mask:1:2:32
     """
-    from bot.export_checks import check_request, publish, staging_dir
+    from bot.export_checks import check_request
 
     generation = generation_class(model, task)
     if generation is not None:  # prefill + decode with a KV cache: bot/generate_cli.py
@@ -146,19 +147,17 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
         check_repro(repro, model, backend, dynamic)
     from bot.progress import StageDisplay
 
-    with staging_dir(out_dir) as staging:
-        request = ExportRequest(model, backend, dynamic, optimize=False if no_optimize else None,
-                                et_backend=et_backend or "xnnpack", without=without,
-                                ignore_ledger=("all",) if ignore_ledger else (), seed=seed, out_dir=staging,
-                                repro=repro, options=options)
-        with StageDisplay(Console(stderr=True), model) as display:
-            from exporters.export_options import OptionError
+    request = ExportRequest(model, backend, dynamic, optimize=False if no_optimize else None,
+                            et_backend=et_backend or "xnnpack", without=without,
+                            ignore_ledger=("all",) if ignore_ledger else (), seed=seed, out_dir=out_dir,
+                            repro=repro, options=options)
+    with StageDisplay(Console(stderr=True), model) as display:
+        from exporters.export_options import OptionError
 
-            try:
-                outcome = export_one(request, progress=display)
-            except OptionError as error:
-                raise UsageProblem(str(error)) from None
-        outcome.files = publish(staging, out_dir, outcome.files)
+        try:  # the bundle is staged beside out_dir and renamed into place only once validated
+            outcome = export_one(request, progress=display)
+        except OptionError as error:
+            raise UsageProblem(str(error)) from None
     if outcome_json is not None:
         emit_json(outcome.as_dict(), outcome_json)
     if as_json:
@@ -171,14 +170,14 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
         click.echo("Use --ignore-ledger to try the export anyway.", err=True)
     elif outcome.status != PASS:
         click.echo(_failure_line(outcome), err=True)
-        if click.get_current_context().find_root().params.get("debug") and "summary" in outcome.files:
-            click.echo(json.loads(Path(outcome.files["summary"]).read_text()).get("traceback", ""), err=True)
+        if click.get_current_context().find_root().params.get("debug") and "failure" in outcome.files:
+            click.echo(json.loads(Path(outcome.files["failure"]).read_text()).get("traceback", ""), err=True)
     if outcome.status != PASS:
         sys.exit(EXIT_FAILED)
 
 
 def _failure_line(outcome: Any) -> str:
-    """``failed at STAGE: Type: innermost cause — hint: ... (full text: summary.json)``: one line."""
+    """``failed at STAGE: Type: innermost cause — hint: ... (full text: OUT.failed.json)``: one line."""
     stage = f" at {outcome.failed_stage}" if outcome.failed_stage else ""
     from bot.errors import caused_by, first_line, hint_for
 
@@ -187,7 +186,7 @@ def _failure_line(outcome: Any) -> str:
     else:  # did not validate: the error is the comparison's own summary
         cause = first_line(outcome.error or "no output tensor to compare")
     hint = outcome.hint or hint_for(outcome.error or "", outcome.failed_stage, outcome.backend)
-    where = f" (full text: {outcome.files['summary']})" if "summary" in outcome.files else ""
+    where = f" (full text: {outcome.files['failure']})" if "failure" in outcome.files else ""
     return f"{outcome.model}: {outcome.status}{stage}: {cause} — hint: {hint}{where}"
 
 

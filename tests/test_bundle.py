@@ -1,5 +1,5 @@
 """Bundles as a user ships them: the manifest, exporters.load in fresh processes, honest ONNX dims, the file
-run without exportbot, and a failed export that leaves the previous bundle alone.
+run without exportbot (a failed export that leaves the previous bundle alone: test_bundle_failures.py).
 
 Exports come from the session fixtures in conftest.py (each model lowered once per session); the full
 5 models x 3 backends x 2 modes matrix is scripts/bundle_matrix.py (slow; results in docs/bundle-matrix.md).
@@ -21,7 +21,6 @@ import torch
 import torch.utils._pytree as pytree
 
 import exporters
-from bot.runner import ExportRequest, export_one
 from exporters.bundle import SCHEMA_VERSION, BundleError, read_manifest
 from exporters.exporter_dynamo import DynamoConfig, DynamoExporter, _resample
 from exporters.signature import _INPUT_DIM_ROLES, output_structure, user_input_placeholders
@@ -364,31 +363,7 @@ def _runs_without_exportbot(directory: Path, result, tmp_path: Path) -> None:
         torch.testing.assert_close(torch.from_numpy(got[name]), tensor, atol=result.atol, rtol=result.rtol)
 
 
-# ── Atomic publish ──
-def test_an_export_that_does_not_validate_leaves_the_previous_bundle(tmp_path, monkeypatch):
-    from exporters import runners
-
-    out = tmp_path / "bert"
-    first = export_one(ExportRequest("BertModel", "dynamo", out_dir=out))
-    assert first.status == "pass"
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
-
-    def broken(path, spec):
-        run = runners.TorchExportRunner(path, spec)
-        return lambda feed: [t * 1.01 for t in run(feed)]
-
-    monkeypatch.setitem(runners.RUNNERS, "torch.export", broken)
-    second = export_one(ExportRequest("BertModel", "dynamo", seed=1, out_dir=out))
-    assert second.status == "mismatch" and second.files == {}
-    assert "last_hidden_state: mismatch" in second.error
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bert"]  # no staging left
-    monkeypatch.undo()
-    third = export_one(ExportRequest("BertModel", "dynamo", seed=1, out_dir=out))
-    assert third.status == "pass"
-    assert (out / "model.pt2").read_bytes() != before["model.pt2"]
-
-
+# ── Atomic publish: tests/test_bundle_failures.py (every failure mode into an existing bundle) ──
 def test_output_structure_difference_is_a_mismatch():
     from exporters.base import structure_difference
 

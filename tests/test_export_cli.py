@@ -181,16 +181,18 @@ def test_invalid_combinations_exit_2_before_any_work(tmp_path: Path, args, messa
 # ── 2. Errors ──
 def test_failure_is_one_line_with_stage_cause_and_hint(tmp_path: Path):
     # Only input_ids' sequence axis dynamic: the mask shares it, so torch.export finds it fixed.
-    result = cli("export", "LlamaModel", "--dynamic-dim", "input_ids:1:2:32", "--out", str(tmp_path))
+    out = tmp_path / "out"
+    result = cli("export", "LlamaModel", "--dynamic-dim", "input_ids:1:2:32", "--out", str(out))
     assert result.exit_code == 1
     line, = [line for line in result.stderr.splitlines() if "failed" in line]
     assert line.startswith("LlamaModel: failed at torch.export: UserError ← ConstraintViolationError: ")
     assert "specialized it to be a constant" in line
     assert "hint: the model fixes a dim you made dynamic" in line
-    assert f"(full text: {tmp_path / 'summary.json'})" in line
+    assert f"(full text: {tmp_path / 'out.failed.json'})" in line
     assert "Traceback" not in result.output and "max abs diff" not in result.output  # nothing was compared
     assert "time:" not in result.output
-    full = summary(tmp_path)
+    assert not out.exists()  # the failure is recorded beside --out, never in it
+    full = json.loads((tmp_path / "out.failed.json").read_text())
     assert full["failed_stage"] == "torch.export" and "Traceback (most recent call last)" in full["traceback"]
     assert len(full["error"]) > len(line)  # the full text is kept, only there
 
@@ -254,7 +256,10 @@ def test_ctrl_c_exits_130_and_leaves_nothing_half_written(tmp_path: Path):
     assert process.returncode == 130, log.read_text()
     assert "interrupted" in log.read_text() and "Traceback" not in log.read_text()
     assert not out.exists() and not (tmp_path / "outcome.json").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["stderr.txt"]  # no staging directory left
+    # no staging directory left; the interruption is recorded beside --out, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.failed.json", "stderr.txt"]
+    record = json.loads((tmp_path / "out.failed.json").read_text())
+    assert record["status"] == "interrupted" and record["failed_stage"] == "torch.export"
 
 
 def test_ctrl_c_in_audit_exits_130_with_a_progress_line_naming_the_entry(tmp_path: Path):
