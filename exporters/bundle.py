@@ -34,6 +34,29 @@ FAILURE_SUFFIX = ".failed.json"  # <out>.failed.json: the record of the last exp
 RUNTIMES = {"dynamo": "torch.export", "onnx": "onnxruntime", "executorch": "executorch"}
 
 
+class TracedInt(int):
+    """A constant of an output structure that ``torch.export`` traced as an expression of the input sizes.
+
+    A cache layer keeps scalars beside its tensors (a sliding-window layer's ``cumulative_length``: the
+    tokens seen so far). They are not outputs of the graph but constants of its output spec, so the export
+    can only store the value they had at the sample shape. This int is that value (and equals it, so specs
+    compare as before) and also carries ``expr``: the expression it was traced as, in the program's
+    symbols while exporting and in the manifest's dim names once described (``"sequence"``), or None when
+    it depends on a size no input carries. ``exporters.load`` evaluates ``expr`` at the caller's sizes
+    when it rebuilds the outputs.
+    """
+
+    expr: str | None
+
+    def __new__(cls, value: int, expr: str | None) -> TracedInt:
+        traced = super().__new__(cls, value)
+        traced.expr = expr
+        return traced
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copies and pickles keep the expression
+        return (TracedInt, (int(self), self.expr))
+
+
 class BundleError(ValueError):
     """A directory is not a bundle this version of exportbot can read."""
 

@@ -18,7 +18,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from exporters.bundle import ComponentSpec, DimRange, TensorSpec
+from exporters.bundle import ComponentSpec, DimRange, TensorSpec, TracedInt
 from exporters.validation import leaf_name
 
 __all__ = ["describe_component", "dtype_name", "output_structure", "pytree_type_names", "user_input_placeholders"]
@@ -138,6 +138,17 @@ class _DimNamer:
         upper = int(bounds.upper) if isinstance(bounds.upper, sympy.Integer) else None
         return DimRange(lower, upper)
 
+    def traced(self, value: TracedInt) -> TracedInt:
+        """A traced constant with its expression in dim names; ``expr`` None when a symbol it depends on
+        is no named dim (no input or output size carries it, so a loader cannot recompute it)."""
+        if value.expr is None:
+            return value
+        expr = sympy.sympify(value.expr)
+        by_name = {str(symbol): name for symbol, name in self.names.items()}
+        if any(str(symbol) not in by_name for symbol in expr.free_symbols):
+            return TracedInt(int(value), None)
+        return TracedInt(int(value), str(expr.xreplace({s: sympy.Symbol(by_name[str(s)]) for s in expr.free_symbols})))
+
     def shape(self, sizes: Any, leaf: str) -> list[int | str]:
         shape: list[int | str] = []
         for index, size in enumerate(sizes):
@@ -150,6 +161,19 @@ class _DimNamer:
             renamed = expr.xreplace({s: sympy.Symbol(self.names[s]) for s in expr.free_symbols})
             shape.append(str(renamed))
         return shape
+
+
+def _traced_constants_named(spec: pytree.TreeSpec, namer: _DimNamer) -> pytree.TreeSpec:
+    """``spec`` with every ``TracedInt`` of a walked type's context (``[(attribute, value), …]``) expressed
+    in dim names, so the manifest's output structure says how to recompute it."""
+    if spec.is_leaf():
+        return spec
+    children = [_traced_constants_named(child, namer) for child in spec.children()]
+    context = spec.context
+    if isinstance(context, list):
+        context = [(item[0], namer.traced(item[1])) if isinstance(item, tuple) and len(item) == 2
+                   and isinstance(item[1], TracedInt) else item for item in context]
+    return pytree.TreeSpec(spec.type, context, children)
 
 
 def describe_component(
@@ -180,6 +204,7 @@ def describe_component(
     ]
     if len(output_specs) != len(out_flat):
         raise ValueError("the program returns non-tensor leaves; a bundle's outputs must all be tensors")
+    out_spec = _traced_constants_named(out_spec, namer)
     return ComponentSpec(
         file=file,
         runtime=runtime,

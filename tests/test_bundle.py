@@ -363,6 +363,56 @@ def _runs_without_exportbot(directory: Path, result, tmp_path: Path) -> None:
         torch.testing.assert_close(torch.from_numpy(got[name]), tensor, atol=result.atol, rtol=result.rtol)
 
 
+# ── Traced constants of the output structure ──
+def test_a_sliding_window_cache_rebuilt_from_the_bundle_equals_eagers_at_both_shapes(tmp_path):
+    """Gemma2's sliding-window layers keep ``cumulative_length`` (tokens seen) beside their tensors: a
+    constant of the output spec, traced as the sequence length. The manifest says so, and the loader
+    recomputes it at the caller's sequence length instead of returning the sample shape's."""
+    tiny = build_tiny("Gemma2ForCausalLM")
+    result = DynamoExporter(DynamoConfig(dynamic=True)).export(tiny.model, tiny.inputs)
+    result.save(tmp_path / "gemma2")  # raises unless both shapes match eager, structure included
+    assert [s["label"] for s in result.validation.as_dict()["shapes"]] == ["sample shape", "second shape"]
+    out_spec = read_manifest(tmp_path / "gemma2").components["model"].out_spec
+    assert '[\\"cumulative_length\\", {\\"traced\\": [8, \\"sequence\\"]}]' in out_spec
+    loaded = exporters.load(tmp_path / "gemma2")
+    inputs = result.second_inputs
+    assert inputs["input_ids"].shape[1] != result.inputs["input_ids"].shape[1]
+    with torch.no_grad():
+        eager = result.model(**inputs).past_key_values
+    rebuilt = loaded(**inputs).past_key_values
+    lengths = [(getattr(a, "cumulative_length", None), getattr(b, "cumulative_length", None))
+               for a, b in zip(eager.layers, rebuilt.layers)]
+    assert any(e is not None for e, _ in lengths) and all(e == r for e, r in lengths), lengths
+    assert rebuilt.get_seq_length(0) == eager.get_seq_length(0)
+
+
+def test_a_traced_constant_survives_copies_and_saving_and_says_why_it_differs():
+    import copy
+    import pickle
+
+    from exporters.base import structure_difference
+    from exporters.bundle import TracedInt
+    from exporters.exporter_dynamo import _dumpable_context, _loaded_context
+
+    traced = TracedInt(8, "sequence")
+    assert traced == 8 and hash(traced) == hash(8)
+    for copied in (copy.deepcopy(traced), pickle.loads(pickle.dumps(traced)),
+                   _loaded_context(_dumpable_context([("n", traced)]))[0][1]):
+        assert isinstance(copied, TracedInt) and copied.expr == "sequence" and copied == 8
+
+    class Layer:
+        pass
+
+    def spec(value):
+        return pytree.TreeSpec(Layer, [("cumulative_length", value)], [])
+
+    assert structure_difference(spec(7), spec(TracedInt(7, "sequence"))) == ""
+    assert structure_difference(spec(7), spec(TracedInt(8, None))).endswith(
+        "it depends on a size no input of the bundle carries, so the loader cannot recompute it: "
+        "docs/export-format.md)")
+    assert "recomputed from the inputs as 8 + sequence" in structure_difference(spec(9), spec(TracedInt(10, "8 + sequence")))
+
+
 # ── Atomic publish: tests/test_bundle_failures.py (every failure mode into an existing bundle) ──
 def test_output_structure_difference_is_a_mismatch():
     from exporters.base import structure_difference
