@@ -28,7 +28,7 @@ MISMATCH = "mismatch"
 INCONCLUSIVE = "inconclusive"
 NONDETERMINISTIC = "nondeterministic"
 SKIPPED = "skipped"  # gated by a ledger entry; never a pass
-INTERRUPTED = "interrupted"  # Ctrl-C: only in the failure record, export_one raises KeyboardInterrupt on
+INTERRUPTED = "interrupted"  # Ctrl-C: in the failure record only (export_one re-raises the KeyboardInterrupt)
 BUILD_ERROR = "build-error"  # the tiny model or its inputs could not be made
 
 
