@@ -140,8 +140,8 @@ def test_pt2_loads_in_a_fresh_process_and_returns_eagers_structure(llama_dynamo,
 
 def test_memoised_pt2_load_is_torchs_load_with_less_repeated_work(llama_dynamo, monkeypatch):
     """``load_program`` returns the program plain ``torch.export.load`` returns (graph, every node's
-    fake value, ranges, weights) while asking for each schema class's type hints and each expression's
-    parse once."""
+    fake value, ranges, weights; the schema objects equal torch's) while asking for each schema class's
+    type hints and each expression's parse once."""
     import typing
 
     from exporters.pt2_loading import load_program
@@ -173,6 +173,16 @@ def test_memoised_pt2_load_is_torchs_load_with_less_repeated_work(llama_dynamo, 
     assert memoised.call_spec == plain.call_spec
     assert memoised.state_dict.keys() == plain.state_dict.keys()
     assert all(torch.equal(memoised.state_dict[k], v) for k, v in plain.state_dict.items())
+    import zipfile
+
+    from torch._export.serde import schema, serialize
+
+    from exporters.pt2_loading import _PlannedSchema
+
+    with zipfile.ZipFile(directory / "model.pt2") as archive:  # the schema objects themselves are torch's
+        payload = json.loads(archive.read(next(n for n in archive.namelist() if n.endswith("models/model.json"))))
+    assert _PlannedSchema(serialize)(schema.ExportedProgram, payload) == serialize._dict_to_dataclass(
+        schema.ExportedProgram, payload)
 
 
 PLAIN_TORCH_LOAD = r"""
