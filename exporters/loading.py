@@ -22,7 +22,7 @@ import torch.utils._pytree as pytree
 
 from exporters.bundle import DEFAULT_COMPONENT, ComponentSpec, Manifest, TracedInt, read_manifest
 from exporters.runners import open_runner
-from exporters.signature import dtype_name
+from exporters.signature import dtype_name, map_traced_constants
 from exporters.validation import leaf_name
 
 __all__ = ["ExportedComponent", "ExportedModel", "InputError", "load", "register_bundle_types"]
@@ -82,7 +82,7 @@ class ExportedComponent:
         self.out_spec = pytree.treespec_loads(spec.out_spec)
         placeholder = pytree.tree_unflatten([0] * self.in_spec.num_leaves, self.in_spec)
         self.leaf_names = [leaf_name(path) for path, _ in pytree.tree_flatten_with_path(placeholder)[0]]
-        self.has_traced_constants = _rebuilt_at(self.out_spec, None) is not self.out_spec
+        self.has_traced_constants = map_traced_constants(self.out_spec, lambda value: value) is not self.out_spec
         self.runner = open_runner(directory, spec)
 
     @property
@@ -97,7 +97,10 @@ class ExportedComponent:
                 f"{self.spec.file} returned {len(outputs)} outputs; the manifest's output structure has "
                 f"{self.out_spec.num_leaves}"
             )
-        out_spec = _rebuilt_at(self.out_spec, self.dim_sizes(feed)) if self.has_traced_constants else self.out_spec
+        out_spec = self.out_spec
+        if self.has_traced_constants:
+            sizes = self.dim_sizes(feed)
+            out_spec = map_traced_constants(out_spec, lambda value: _evaluated(value, sizes))
         return pytree.tree_unflatten(outputs, out_spec)
 
     def dim_sizes(self, feed: dict[str, torch.Tensor]) -> dict[str, int]:
@@ -166,25 +169,10 @@ class ExportedComponent:
         return f"{self.spec.file} takes {', '.join(self.spec.arguments)}"
 
 
-def _rebuilt_at(spec: pytree.TreeSpec, sizes: dict[str, int] | None) -> pytree.TreeSpec:
-    """``spec`` with each traced constant of a context evaluated at ``sizes`` (its export-time value where
-    its expression names a dim the call has no size for, or none at all); ``spec`` itself when it holds
-    no traced constant. ``sizes`` None only asks whether it holds one."""
-    if spec.is_leaf():
-        return spec
-    children = [_rebuilt_at(child, sizes) for child in spec.children()]
-    context = spec.context
-    if isinstance(context, list) and any(isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], TracedInt)
-                                         for item in context):
-        context = [(item[0], _evaluated(item[1], sizes)) if isinstance(item, tuple) and len(item) == 2
-                   and isinstance(item[1], TracedInt) else item for item in context]
-    elif all(new is old for new, old in zip(children, spec.children())):
-        return spec
-    return pytree.TreeSpec(spec.type, context, children)
-
-
-def _evaluated(value: TracedInt, sizes: dict[str, int] | None) -> TracedInt:
-    if value.expr is None or sizes is None:
+def _evaluated(value: TracedInt, sizes: dict[str, int]) -> TracedInt:
+    """``value`` at ``sizes``: its expression evaluated, or its export-time value where the expression
+    names a dim the call has no size for (or none at all)."""
+    if value.expr is None:
         return value
     expr = sympy.sympify(value.expr, locals={name: sympy.Symbol(name) for name in sizes})
     if any(str(symbol) not in sizes for symbol in expr.free_symbols):

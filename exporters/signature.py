@@ -10,7 +10,7 @@ artifact, the manifest and the loader's checks say the same thing.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import sympy
@@ -21,7 +21,8 @@ from torch.export import ExportedProgram
 from exporters.bundle import ComponentSpec, DimRange, TensorSpec, TracedInt
 from exporters.validation import leaf_name
 
-__all__ = ["describe_component", "dtype_name", "output_structure", "pytree_type_names", "user_input_placeholders"]
+__all__ = ["describe_component", "dtype_name", "map_traced_constants", "output_structure", "pytree_type_names",
+           "user_input_placeholders"]
 
 # (leaf name, dim index) → role. The role names the dim only when the program left it symbolic. Leaves of a
 # cache (``past_key_values.…``) and encoder outputs are matched by their first path part.
@@ -163,17 +164,25 @@ class _DimNamer:
         return shape
 
 
-def _traced_constants_named(spec: pytree.TreeSpec, namer: _DimNamer) -> pytree.TreeSpec:
-    """``spec`` with every ``TracedInt`` of a walked type's context (``[(attribute, value), …]``) expressed
-    in dim names, so the manifest's output structure says how to recompute it."""
+def map_traced_constants(spec: pytree.TreeSpec, function: Callable[[TracedInt], TracedInt]) -> pytree.TreeSpec:
+    """``spec`` with ``function`` applied to every ``TracedInt`` of a walked type's context
+    (``[(attribute, value), …]``); ``spec`` itself when it holds none. The manifest writer names their
+    expressions; the loader evaluates them at each call's sizes."""
     if spec.is_leaf():
         return spec
-    children = [_traced_constants_named(child, namer) for child in spec.children()]
+    old_children = spec.children()
+    children = [map_traced_constants(child, function) for child in old_children]
     context = spec.context
-    if isinstance(context, list):
-        context = [(item[0], namer.traced(item[1])) if isinstance(item, tuple) and len(item) == 2
-                   and isinstance(item[1], TracedInt) else item for item in context]
+    traced = isinstance(context, list) and any(_is_traced(item) for item in context)
+    if not traced and all(new is old for new, old in zip(children, old_children)):
+        return spec
+    if traced:
+        context = [(item[0], function(item[1])) if _is_traced(item) else item for item in context]
     return pytree.TreeSpec(spec.type, context, children)
+
+
+def _is_traced(item: Any) -> bool:
+    return isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], TracedInt)
 
 
 def describe_component(
@@ -204,7 +213,7 @@ def describe_component(
     ]
     if len(output_specs) != len(out_flat):
         raise ValueError("the program returns non-tensor leaves; a bundle's outputs must all be tensors")
-    out_spec = _traced_constants_named(out_spec, namer)
+    out_spec = map_traced_constants(out_spec, namer.traced)
     return ComponentSpec(
         file=file,
         runtime=runtime,
