@@ -26,6 +26,7 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import Dim, ExportedProgram
 
+from exporters import pt2_loading  # noqa: F401  (registers the pt2-load patches validation's load installs)
 from exporters.base import (
     ExportMetadata,
     ExportResult,

@@ -10,8 +10,9 @@ its time redoing work whose answer it already had:
 - ``_parse_sym_expr`` re-parses every sub-expression of every symbolic shape with ``sympy.sympify`` (parse
   once, then ``str(arg)`` and parse again for each argument, recursively): 571 parses, another quarter.
 
-``load_program`` plans the schema conversion once per class (``_PlannedSchema``, 0.09 s instead of 0.55)
-and parses each expression once per load (``_MemoSympy``). Both are exact: a class's conversion depends only
+``load_program`` installs two registered patches (backend ``pt2-load``, only while the file loads): the
+schema conversion planned once per class (``_PlannedSchema``, 0.09 s instead of 0.55) and each expression
+parsed once per load (``_MemoSympy``). Both are exact: a class's conversion depends only
 on the class, and ``sympify(text, locals)`` only on the text and the ``locals`` entries for the names that
 occur in it, which are part of the key. The file is still read from disk and deserialised in full by torch
 (fake tensors, symbols, ranges, weights); nothing of an earlier load is reused. tests/test_bundle.py checks
@@ -20,20 +21,19 @@ that the program equals plain ``torch.export.load``'s.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
-import sympy
 import torch
 
-__all__ = ["load_program", "memoised_deserialiser"]
+from exporters.utils import installed_patches, register_patch
+
+__all__ = ["PT2_LOAD", "load_program"]
 
 _NAME = re.compile(r"[A-Za-z_]\w*")
 
@@ -97,41 +97,50 @@ class _PlannedSchema:
         return other
 
 
-class _MemoSympy(types.ModuleType):
-    """``sympy`` as the deserialiser sees it, with ``sympify`` of a string answered once per text and per
-    the objects its names resolve to."""
+class _MemoSympy:
+    """``sympify`` with a string's answer kept per text and per the objects its names resolve to: the same
+    text under the same ``locals`` entries always parses to the same expression, so the memo is exact."""
 
-    def __init__(self) -> None:
-        super().__init__("sympy")
+    def __init__(self, sympify: Callable[..., Any]) -> None:
+        self._sympify = sympify
         self._parsed: dict[tuple[Any, ...], Any] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(sympy, name)
 
     def sympify(self, value: Any, locals: dict[str, Any] | None = None, **options: Any) -> Any:
         if not isinstance(value, str) or options:
-            return sympy.sympify(value, locals=locals, **options)
+            return self._sympify(value, locals=locals, **options)
         names = locals or {}
         key = (value, tuple((name, names.get(name)) for name in _NAME.findall(value)))
         if key not in self._parsed:
-            self._parsed[key] = sympy.sympify(value, locals=locals)
+            self._parsed[key] = self._sympify(value, locals=locals)
         return self._parsed[key]
 
 
-@contextlib.contextmanager
-def memoised_deserialiser() -> Iterator[None]:
-    """Within the block, torch's export deserialiser plans its schema conversion once per class and parses
-    each expression once."""
+# ── The registered patches (backend "pt2-load": installed only while a .pt2 is loaded) ──
+PT2_LOAD = "pt2-load"
+
+
+@register_patch(PT2_LOAD, "torch._export.serde.serialize._dict_to_dataclass",
+                upstream="https://github.com/pytorch/pytorch/issues/196452", dependency="torch")
+def _patch_pt2_schema_conversion_planned_once(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Schema JSON → dataclasses with each class's conversion planned once (see ``_PlannedSchema``); torch's
+    C++ deserialiser (pytorch/pytorch#176428) or a type-hint cache (#196452) makes this unnecessary."""
     from torch._export.serde import serialize
 
-    with (mock.patch.object(serialize, "_dict_to_dataclass", _PlannedSchema(serialize)),
-          mock.patch.object(serialize, "sympy", _MemoSympy())):
-        yield
+    return _PlannedSchema(serialize)
+
+
+@register_patch(PT2_LOAD, "sympy.sympify", dependency="torch")
+def _patch_pt2_expression_parsed_once(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``sympify`` of a shape expression's text answered once per text and the objects its names resolve to
+    (see ``_MemoSympy``): torch's ``_parse_sym_expr`` re-parses every sub-expression of every symbolic shape.
+    Installed only for the load, under the patch lock, so no other sympy caller sees the memo afterwards."""
+    return _MemoSympy(original).sympify
 
 
 def load_program(path: Path | str, memoised: bool = True) -> torch.export.ExportedProgram:
-    """``torch.export.load(path)``; ``memoised=False`` is the plain call (the benchmark's baseline)."""
+    """``torch.export.load(path)`` with the ``pt2-load`` patches installed; ``memoised=False`` is the plain
+    call (the benchmark's baseline and the test's reference)."""
     if not memoised:
         return torch.export.load(str(path))
-    with memoised_deserialiser():
+    with installed_patches(PT2_LOAD):
         return torch.export.load(str(path))

@@ -25,6 +25,7 @@ from exporters.bundle import SCHEMA_VERSION, BundleError, read_manifest
 from exporters.exporter_dynamo import DynamoConfig, DynamoExporter, _resample
 from exporters.signature import _INPUT_DIM_ROLES, output_structure, user_input_placeholders
 from exporters.tiny import build_tiny
+from exporters.utils import HitLog, tracking_hits
 from exporters.validation import named_tensors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,11 +159,16 @@ def test_memoised_pt2_load_is_torchs_load_with_less_repeated_work(llama_dynamo, 
         return wrapper
 
     monkeypatch.setattr(typing, "get_type_hints", counted("hints", hints))
-    monkeypatch.setattr(sympy, "sympify", counted("parses", sympify))
+    counted_sympify = counted("parses", sympify)
+    monkeypatch.setattr(sympy, "sympify", counted_sympify)
     plain = load_program(directory / "model.pt2", memoised=False)
     plain_calls = dict(calls)
     calls.update(hints=0, parses=0)
-    memoised = load_program(directory / "model.pt2")
+    hits = HitLog()
+    with tracking_hits(hits):
+        memoised = load_program(directory / "model.pt2")
+    assert {"_patch_pt2_schema_conversion_planned_once", "_patch_pt2_expression_parsed_once"} <= set(hits.counts)
+    assert sympy.sympify is counted_sympify  # the patch is gone after the load
     assert calls["hints"] * 20 < plain_calls["hints"] and calls["parses"] * 2 < plain_calls["parses"], (calls, plain_calls)
 
     def described(program):

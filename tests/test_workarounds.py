@@ -29,6 +29,9 @@ TESTS = Path(__file__).parent
 
 # workaround name → the tests that run it against eager and fail when it is broken ("file::test").
 COVERAGE: dict[str, list[str]] = {
+    "_patch_pt2_schema_conversion_planned_once": [
+        "test_bundle.py::test_memoised_pt2_load_is_torchs_load_with_less_repeated_work"],
+    "_patch_pt2_expression_parsed_once": ["test_bundle.py::test_memoised_pt2_load_is_torchs_load_with_less_repeated_work"],
     "_fix_histc_not_core_aten": [
         "test_catalogue_workarounds.py::test_histc_rewrite_bins_exactly_like_aten",
         "test_catalogue_workarounds.py::test_executorch_needs_histc_counted_by_compares",
