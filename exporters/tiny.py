@@ -30,6 +30,7 @@ VOCAB = 256
 IMAGE = 32
 PATCH = 8
 AUDIO_SAMPLES = 1600
+CHOICES = 2  # multiple-choice heads: candidate answers per example
 
 # ── Config shrinking rules: field name → new value (callables receive the old value) ──
 HEAD_DIM = HIDDEN // HEADS
@@ -474,7 +475,41 @@ def _build(
     languages = getattr(config, "languages", None)
     if hasattr(model, "set_default_language") and languages:  # X-MOD routes through one adapter per language
         model.set_default_language(languages[0])
-    return TinyModel(model, sample_inputs(model, batch=batch, sequence=sequence, seed=seed))
+    return _grown_to_fit(TinyModel(model, sample_inputs(model, batch=batch, sequence=sequence, seed=seed)), seed)
+
+
+# Errors of a convolution or pooling stack whose downsampling leaves nothing of a too-small image or clip.
+_TOO_SMALL = ("Output size is too small", "Kernel size can't be greater than actual input size")
+_GROWTH = (2, 4, 8)  # longer audio, larger images: up to 8x the default sample along time or height and width
+
+
+def _grown_to_fit(tiny: TinyModel, seed: int) -> TinyModel:
+    """The sample with its signal (``pixel_values`` images, ``input_values`` audio) grown until one forward runs,
+    for models that downsample it more than the default size allows: text recognisers pool a line image
+    16-32x, x-vector heads run dilated kernels over the frames of a 1,600-sample clip. Other models, and
+    models that fail for another reason, keep the sample as it is (their error shows at their forward)."""
+    grown = {n: v for n, v in tiny.inputs.items() if n in ("pixel_values", "input_values") and v.is_floating_point()}
+    if not grown or not _too_small(tiny):
+        return tiny
+    generator = torch.Generator().manual_seed(seed)
+    for factor in _GROWTH:
+        inputs = dict(tiny.inputs)
+        for name, value in grown.items():
+            spatial = 2 if name == "pixel_values" and value.dim() == 4 else 1
+            shape = (*value.shape[:-spatial], *(size * factor for size in value.shape[-spatial:]))
+            inputs[name] = torch.randn(shape, generator=generator, dtype=value.dtype)
+        trial = TinyModel(tiny.model, inputs)
+        if not _too_small(trial):
+            return trial
+    return tiny
+
+
+def _too_small(tiny: TinyModel) -> bool:
+    try:
+        _run_once(tiny)
+    except Exception as error:  # only a too-small error is this rule's business
+        return any(text in str(error) for text in _TOO_SMALL)
+    return False
 
 
 def _has_stage_widths(config: Any) -> bool:
@@ -560,6 +595,10 @@ def _make(
         frames, bins = getattr(config, "max_length", None), getattr(config, "num_mel_bins", None)
         if isinstance(frames, int) and isinstance(bins, int):  # spectrogram transformers (AST)
             return torch.randn(batch, frames, bins, generator=generator)
+        codec = _codec(config)
+        if codec is not None:  # waveform codecs: (batch, channels, samples), whole hops of samples
+            channels, hop = codec
+            return torch.randn(batch, channels, -(-AUDIO_SAMPLES // hop) * hop, generator=generator)
         return torch.randn(batch, AUDIO_SAMPLES, generator=generator)
     if name == "input_features":
         return _input_features(config, batch, generator)
@@ -567,6 +606,17 @@ def _make(
         corners = torch.randint(0, 500, (batch, sequence, 2), generator=generator)
         return torch.cat([corners, corners + 100], dim=-1)
     return None
+
+
+def _codec(config: Any) -> tuple[int, int] | None:
+    """(channels, hop) of a waveform codec (Encodec, DAC, Mimi, ...): a config, or a sub-config of it, with the
+    up- or down-sampling ratios of its convolution stack; the hop is their product (samples per frame)."""
+    fields = vars(config)
+    ratios = next((fields[f] for f in ("downsampling_ratios", "upsampling_ratios") if _ints(fields.get(f))), None)
+    if ratios is not None:
+        channels = next((fields[f] for f in ("audio_channels", "channels") if isinstance(fields.get(f), int)), 1)
+        return channels, math.prod(ratios)
+    return next((found for _, sub in _sub_configs(config) if (found := _codec(sub)) is not None), None)
 
 
 # ── Padded attention masks ──
@@ -696,8 +746,14 @@ _PATCH_GRID = ("grid_thw", "pixel_position_ids", "pixel_attention_mask", "spatia
 def sample_inputs(
     model: torch.nn.Module, batch: int = BATCH, sequence: int = SEQUENCE, seed: int = 0
 ) -> dict[str, torch.Tensor]:
-    """Inputs for ``model.forward``: its primary input, text companions, decoder inputs, required ones."""
+    """Inputs for ``model.forward``: its primary input, text companions, decoder inputs, required ones.
+
+    Multiple-choice heads take ``(batch, choices, sequence)`` text inputs; sequence classifiers that pool at
+    the end-of-sequence token get one in every row (``_end_rows_with_eos``).
+    """
     config = model.config
+    choices = CHOICES if type(model).__name__.endswith("ForMultipleChoice") else 1
+    batch *= choices  # the choices are rows of their own until the end, then folded into (batch, choices)
     parameters = inspect.signature(model.forward).parameters
     generator = torch.Generator().manual_seed(seed)
     wanted: list[str] = []
@@ -737,7 +793,43 @@ def sample_inputs(
         if value is None:
             raise TinyModelError(f"{type(model).__name__}: cannot make a sample for required input {name!r}")
         inputs[name] = value
+    if _pools_at_eos(model) and "input_ids" in inputs:
+        _place_tokens(inputs["input_ids"], inputs.get("attention_mask"), config.eos_token_id, ends=(-1,))
+    sep = getattr(config, "sep_token_id", None)
+    if "global_attention_mask" in parameters and isinstance(sep, int) and "input_ids" in inputs:
+        # Longformer derives global attention from a "question </s></s> answer </s>" layout: three separators
+        _place_tokens(inputs["input_ids"], inputs.get("attention_mask"), sep, ends=(0.5, 0.5, -1))
+    question = getattr(config, "question_token_id", None)
+    if isinstance(question, int) and "input_ids" in inputs:  # Splinter: each row asks at least one question
+        _place_tokens(inputs["input_ids"], inputs.get("attention_mask"), question, ends=(0.25,))
+    if choices > 1:
+        inputs = {n: v.view(batch // choices, choices, *v.shape[1:]) if v.shape[:1] == (batch,) else v
+                  for n, v in inputs.items()}  # fmt: skip
     return inputs
+
+
+def _pools_at_eos(model: torch.nn.Module) -> bool:
+    """Encoder-decoder sequence classifiers (BART, T5, ...) classify the decoder's state at the last ``<eos>`` of
+    each row, and refuse rows without one (or with different counts)."""
+    config = model.config
+    return (type(model).__name__.endswith("ForSequenceClassification") and getattr(config, "is_encoder_decoder", False)
+            and isinstance(getattr(config, "eos_token_id", None), int))  # fmt: skip
+
+
+def _place_tokens(input_ids: torch.Tensor, mask: torch.Tensor | None, token: int, ends: tuple[float, ...]) -> None:
+    """Put ``token`` in every row where a tokenizer would and nowhere else: ``-1`` is the row's last unpadded
+    position, a fraction ``f`` the end of its first ``f`` (a question's end); equal places stack up."""
+    input_ids[input_ids == token] = 3 if token != 3 else 4  # sampled ids are >= 3
+    lengths = mask.sum(dim=-1) if mask is not None and mask.shape == input_ids.shape else None
+    for row in range(input_ids.shape[0]):
+        length = int(lengths[row]) if lengths is not None else input_ids.shape[-1]
+        taken: list[int] = []
+        for end in ends:
+            position = length - 1 if end == -1 else int(length * end) - 1
+            while position in taken:
+                position += 1
+            taken.append(position)
+            input_ids[row, position] = token
 
 
 def _has_image_token(config: Any) -> bool:

@@ -1,0 +1,74 @@
+"""Each generic tiny-builder rule, on one representative class: a real build and one eager forward, which raise
+without the rule (the census error the rule fixed is quoted in each test). Every build is of a few-kB model."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from exporters.tiny import AUDIO_SAMPLES, CHOICES, IMAGE, build_tiny, padded_mask
+
+
+def _forward(tiny):
+    with torch.no_grad():
+        return tiny.model(**tiny.inputs)
+
+
+def test_multiple_choice_heads_get_one_row_per_choice():
+    """Was: ``shape '[-1, 8]' is invalid for input of size 2`` (2-d ids read as 8 choices)."""
+    tiny = build_tiny("BertForMultipleChoice")
+    assert tiny.inputs["input_ids"].shape == (2, CHOICES, 8)
+    assert tiny.inputs["attention_mask"].shape == (2, CHOICES, 8)
+    assert _forward(tiny).logits.shape == (2, CHOICES)
+
+
+def test_encoder_decoder_sequence_classifiers_get_one_eos_per_row_at_its_end():
+    """Was: ``Each example must contain at least one <eos> token``."""
+    tiny = build_tiny("BartForSequenceClassification")
+    ids, mask, eos = tiny.inputs["input_ids"], tiny.inputs["attention_mask"], tiny.model.config.eos_token_id
+    assert mask.tolist() == padded_mask(2, 8, "right").tolist()  # the padded layout is kept
+    assert (ids == eos).sum(dim=1).tolist() == [1, 1]
+    assert [int(ids[row, int(mask[row].sum()) - 1]) for row in range(2)] == [eos, eos]
+    assert _forward(tiny).logits.shape == (2, 3)
+
+
+def test_global_attention_models_get_a_question_answer_layout():
+    """Was: ``There should be exactly three separator tokens: 2 in every sample``."""
+    tiny = build_tiny("LongformerForQuestionAnswering")
+    sep = tiny.model.config.sep_token_id
+    assert ((tiny.inputs["input_ids"] == sep).sum(dim=1) == 3).all()
+    assert _forward(tiny).start_logits.shape == (2, 8)
+
+
+def test_question_token_models_get_a_question_in_every_row():
+    """Was: ``All samples in the batch must have at least one question token``."""
+    tiny = build_tiny("SplinterForPreTraining")
+    assert ((tiny.inputs["input_ids"] == tiny.model.config.question_token_id).sum(dim=1) == 1).all()
+    _forward(tiny)
+
+
+def test_xvector_heads_get_a_clip_long_enough_for_their_dilated_kernels():
+    """Was: ``Calculated padded input size per channel: (4). Kernel size: (5)``."""
+    tiny = build_tiny("Wav2Vec2ForXVector")
+    assert tiny.inputs["input_values"].shape[-1] > AUDIO_SAMPLES
+    assert _forward(tiny).logits.shape[0] == 2
+
+
+def test_text_recognisers_get_an_image_their_pooling_leaves_something_of():
+    """Was: ``Given input size: (384x2x8). Calculated output size: (384x0x4). Output size is too small``."""
+    tiny = build_tiny("PPOCRV6TinyRecModel")
+    assert tiny.inputs["pixel_values"].shape[-2:] > (IMAGE, IMAGE)
+    _forward(tiny)
+
+
+def test_images_that_already_run_keep_the_default_size():
+    assert build_tiny("ResNetModel").inputs["pixel_values"].shape == (2, 3, IMAGE, IMAGE)
+
+
+def test_waveform_codecs_get_channels_first_audio_of_whole_hops():
+    """Was: ``not enough values to unpack (expected 3, got 2)`` (Encodec reads (batch, channels, samples))."""
+    tiny = build_tiny("EncodecModel")
+    values, hop = tiny.inputs["input_values"], math.prod(tiny.model.config.upsampling_ratios)
+    assert values.shape[:2] == (2, tiny.model.config.audio_channels) and values.shape[-1] % hop == 0
+    _forward(tiny)
