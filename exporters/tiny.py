@@ -118,7 +118,9 @@ def shrink_config(config: Any, keep_stage_widths: bool = False) -> Any:
     import copy
 
     for name, sub in _sub_configs(config):
+        old_sizes = (vars(sub).get("patch_size"), _width(sub))
         setattr(config, name, shrink_config(sub, keep_stage_widths))
+        _follow_sub_config(config, old_sizes, getattr(config, name))
     before = {k: v for k, v in vars(config).items() if not isinstance(v, torch.nn.Module)}
     before = copy.deepcopy({k: v for k, v in before.items() if k not in dict(_sub_configs(config))})
     per_layer = _per_layer_overrides(config)
@@ -127,6 +129,19 @@ def shrink_config(config: Any, keep_stage_widths: bool = False) -> Any:
         layers = next((vars(config)[f] for f in _LAYER_FIELDS if isinstance(vars(config).get(f), int)), 0)
         per_layer = {i: _shrunk_overrides(o) for i, o in per_layer.items() if i < layers}
     return _fill_missing(_rebuild(config, before, per_layer))
+
+
+def _follow_sub_config(config: Any, old_sizes: tuple[Any, int], sub: Any) -> None:
+    """A parent's copies of its sub-config's sizes follow the shrunk sub-config: the ``patch_size`` it reshapes
+    the backbone's tokens by, the ``*_hidden_size`` channels it reads from it (DepthAnything's
+    ``reassemble_hidden_size``), when they equal the sub-config's full-size values."""
+    old_patch, old_width = old_sizes
+    fields = vars(config)
+    if fields.get("patch_size") == old_patch != vars(sub).get("patch_size"):
+        config.patch_size = vars(sub)["patch_size"]
+    for name in list(fields):
+        if name.endswith("hidden_size") and name not in _HIDDEN_FIELDS and fields[name] == old_width != _width(sub):
+            setattr(config, name, _width(sub))
 
 
 def _fill_missing(config: Any) -> Any:
@@ -260,6 +275,7 @@ def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
         side = 2 ** (int(math.log2(fields["max_position_embeddings"])) // 2)  # Reformer: the factors multiply to it
         config.axial_pos_shape = type(shape)([side, fields["max_position_embeddings"] // side])
     _truncate_per_layer_lists(config, old_layers)
+    _shrink_out_indices(config, old_layers)
     _shrink_rope_sections(config)
     _shrink_images(config)
     _clamp_token_ids(config)
@@ -351,6 +367,32 @@ def _truncate_per_layer_lists(config: Any, old_layers: int | None) -> None:
             setattr(config, name, layers)
     for name, value in lists.items():
         setattr(config, name, value[:layers])
+
+
+def _shrink_out_indices(config: Any, old_layers: int | None) -> None:
+    """Backbone outputs chosen among the full-size layers (``out_indices`` 9..12 of 12, DPT's
+    ``backbone_out_indices``) are picked again among the tiny ones, as many as before (a DPT neck takes one
+    feature map per neck stage), spread the same way; the layer count grows to that many if it must."""
+    fields = vars(config)
+    layers = next((fields[f] for f in _LAYER_FIELDS if isinstance(fields.get(f), int)), None)
+    if not old_layers or not layers or old_layers <= layers or isinstance(fields.get("depths"), (list, tuple)):
+        return  # (hierarchical backbones number their stages by ``depths``, not by layers)
+    for name, first in (("_out_indices", 1), ("backbone_out_indices", 0)):  # stage numbers / layer indices
+        indices = fields.get(name)
+        if not _ints(indices) or max(indices) < layers + first:
+            continue
+        if len(indices) > layers:
+            layers = len(indices)
+            for field in _LAYER_FIELDS:
+                if isinstance(fields.get(field), int):
+                    setattr(config, field, layers)
+        picked = sorted({max(first, min(layers - 1 + first, round(i * layers / old_layers))) for i in indices})
+        if len(picked) < len(indices):  # rounding merged some: the last ones, as deep layers are the usual pick
+            picked = list(range(layers - len(indices) + first, layers + first))
+        setattr(config, name, type(indices)(picked))
+        if name == "_out_indices":
+            config.stage_names = ["stem", *(f"stage{i}" for i in range(1, layers + 1))]
+            config._out_features = [config.stage_names[i] for i in picked]
 
 
 _MROPE_DEFAULT = [16, 24, 24]  # the (t, h, w) split most multimodal-RoPE models fall back to

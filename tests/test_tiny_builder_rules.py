@@ -72,3 +72,23 @@ def test_waveform_codecs_get_channels_first_audio_of_whole_hops():
     values, hop = tiny.inputs["input_values"], math.prod(tiny.model.config.upsampling_ratios)
     assert values.shape[:2] == (2, tiny.model.config.audio_channels) and values.shape[-1] % hop == 0
     _forward(tiny)
+
+
+def test_dpt_picks_as_many_backbone_layers_as_its_neck_has_stages():
+    """Was: ``The number of hidden states should be equal to the number of neck hidden sizes``."""
+    tiny = build_tiny("DPTForDepthEstimation")
+    config = tiny.model.config
+    assert len(config.backbone_out_indices) == len(config.neck_hidden_sizes)
+    assert max(config.backbone_out_indices) < config.num_hidden_layers
+    _forward(tiny)
+
+
+def test_a_backbone_parent_reads_the_shrunk_backbones_stages_patches_and_width():
+    """Was: ``hidden_states should be a tuple or list of tensors`` (out_indices 9..12 of a 2-layer backbone),
+    then a reshape by the full-size patch and a 384-channel projection of 32 channels."""
+    tiny = build_tiny("DepthAnythingForDepthEstimation")
+    config, backbone = tiny.model.config, tiny.model.config.backbone_config
+    assert len(backbone.out_indices) == len(config.neck_hidden_sizes)
+    assert max(backbone.out_indices) <= backbone.num_hidden_layers
+    assert (config.patch_size, config.reassemble_hidden_size) == (backbone.patch_size, backbone.hidden_size)
+    assert _forward(tiny).predicted_depth.shape[0] == 2
