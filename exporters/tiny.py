@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +67,7 @@ _NONE_FILL = {
     # Left for the checkpoint to set although every layer builds with them (DiffusionGemma's router, Hiera's decoder).
     "num_experts": EXPERTS, "top_k_experts": 2, "moe_intermediate_size": INTERMEDIATE, "decoder_hidden_size": HIDDEN,
     "decoder_depth": 1, "decoder_num_heads": HEADS,
+    "prediction_length": 4,  # time-series forecasters (the context length defaults to it)
 }
 _FIXED: dict[str, Any] = {
     "max_position_embeddings": lambda old: min(old, 128) if isinstance(old, int) else old,
@@ -81,6 +83,7 @@ _FIXED: dict[str, Any] = {
     "num_latents": lambda old: min(old, 16) if isinstance(old, int) else old,  # Perceiver latent array
     # Detection queries pick the top-k of the encoder's anchors, of which a 32-pixel image has a few dozen.
     "num_queries": lambda old: min(old, 10) if isinstance(old, int) else old,
+    "context_length": lambda old: min(old, 32) if isinstance(old, int) else old,  # time series (TimesFm: 16,384)
 }
 MAX_LAYERS = 8  # hybrid stacks keep the shortest prefix holding every layer kind, up to this many layers
 
@@ -776,7 +779,35 @@ def _make_patches(name: str, config: Any, batch: int, generator: torch.Generator
     return None
 
 
-_PRIMARY = ("input_ids", "pixel_values", "input_values", "input_features")
+def _make_series(name: str, config: Any, batch: int, generator: torch.Generator) -> torch.Tensor | None:
+    """Time-series inputs: a history of ``context_length`` steps plus the largest lag the model looks back by
+    (``lags_sequence``), one value per step (or ``num_input_channels`` / ``input_size`` of them), its time
+    features, and the ``prediction_length`` steps a forecaster's decoder reads; nothing observed is missing."""
+    fields = vars(config)
+    context = fields.get("context_length") or fields.get("prediction_length") or SEQUENCE
+    history = context + max(fields.get("lags_sequence") or [0])
+    future = fields.get("prediction_length") or SEQUENCE
+    channels = next((fields[f] for f in ("num_input_channels", "input_size") if isinstance(fields.get(f), int)), 1)
+    per_step = (channels,) if "num_input_channels" in fields or channels > 1 else ()
+    time_features = fields.get("num_time_features") or 0
+    if name == "past_values":
+        return torch.randn(batch, history, *per_step, generator=generator)
+    if name in ("past_observed_mask", "observed_mask"):
+        return torch.ones(batch, history, *per_step)
+    if name == "past_values_padding":  # TimesFm: 1 marks a padded step
+        return torch.zeros(batch, history, dtype=torch.long)
+    if name == "freq":  # TimesFm: the series' frequency class
+        return torch.zeros(batch, 1, dtype=torch.long)
+    if name == "past_time_features":
+        return torch.randn(batch, history, time_features, generator=generator)
+    if name == "future_values":
+        return torch.randn(batch, future, *per_step, generator=generator)
+    if name == "future_time_features":
+        return torch.randn(batch, future, time_features, generator=generator)
+    return None
+
+
+_PRIMARY = ("input_ids", "pixel_values", "input_values", "input_features", "past_values")
 _COMPANIONS = ("attention_mask", "token_type_ids", "bbox")
 # Primaries of models that take none of the above (checked only then, in signature order).
 _EMBEDDING_PRIMARY = ("inputs", "query_embeds", "noise_embeds", "latents", "hidden_states")
@@ -826,10 +857,13 @@ def sample_inputs(
         value = _make_patches(name, config, batch, generator) if patches else None
         if value is None and embedded:
             value = _make_embeds(name, config, batch, sequence, generator)
+        if value is None and primary == "past_values":
+            value = _make_series(name, config, batch, generator)
         if value is None and name == "input_features":
             value = _input_features(config, batch, generator, model)
         if value is None:
-            value = _make(name, config, batch, sequence, generator, padding_side(model))
+            rows = batch * _codebook_rows(model, name)
+            value = _make(name, config, rows, sequence, generator, padding_side(model))
         if value is None and name.endswith("_mask") and primary in ("input_ids", "input_features"):
             value = torch.ones(inputs[primary].shape[:2], dtype=torch.long)  # a required mask: nothing masked
         if value is None:
@@ -848,6 +882,17 @@ def sample_inputs(
         inputs = {n: v.view(batch // choices, choices, *v.shape[1:]) if v.shape[:1] == (batch,) else v
                   for n, v in inputs.items()}  # fmt: skip
     return inputs
+
+
+def _codebook_rows(model: torch.nn.Module, name: str) -> int:
+    """Rows per example of input ``name``: ``num_codebooks`` where the forward's docstring gives its shape as
+    ``(batch_size * num_codebooks, sequence_length)`` (Musicgen's audio codes, one row per codebook), else 1."""
+    documented = rf"(?<!\w){name} \(`torch.LongTensor` of shape `\(batch_size \* num_codebooks"
+    if not re.search(documented, model.forward.__doc__ or ""):
+        return 1
+    config = model.config
+    return next((c.num_codebooks for c in (config, *(s for _, s in _sub_configs(config)))
+                 if isinstance(vars(c).get("num_codebooks"), int)), 1)  # fmt: skip
 
 
 def _pools_at_eos(model: torch.nn.Module) -> bool:

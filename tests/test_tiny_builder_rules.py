@@ -92,3 +92,30 @@ def test_a_backbone_parent_reads_the_shrunk_backbones_stages_patches_and_width()
     assert max(backbone.out_indices) <= backbone.num_hidden_layers
     assert (config.patch_size, config.reassemble_hidden_size) == (backbone.patch_size, backbone.hidden_size)
     assert _forward(tiny).predicted_depth.shape[0] == 2
+
+
+def test_codebook_inputs_get_one_row_per_codebook_where_the_forward_documents_it():
+    """Was: ``shape '[-1, 4, 8]' is invalid for input of size 16`` (Musicgen reads (batch * codebooks, seq))."""
+    tiny = build_tiny("MusicgenForConditionalGeneration")
+    codebooks = tiny.model.config.decoder.num_codebooks
+    assert tiny.inputs["decoder_input_ids"].shape == (2 * codebooks, 8)
+    assert tiny.inputs["input_ids"].shape == (2, 8)  # the text prompt stays one row per example
+    _forward(tiny)
+
+
+def test_time_series_models_get_a_history_with_its_lags_and_time_features():
+    """Was: ``The `prediction_length` config needs to be specified`` and, once it is, ``forward takes none of
+    input_ids, pixel_values, input_values, input_features``."""
+    tiny = build_tiny("TimeSeriesTransformerModel")
+    config = tiny.model.config
+    history = config.context_length + max(config.lags_sequence)
+    assert tiny.inputs["past_values"].shape == (2, history)
+    assert tiny.inputs["past_time_features"].shape == (2, history, config.num_time_features)
+    assert bool(tiny.inputs["past_observed_mask"].all())
+    _forward(tiny)
+
+
+def test_multichannel_series_get_one_value_per_channel_per_step():
+    tiny = build_tiny("PatchTSTModel")
+    assert tiny.inputs["past_values"].shape == (2, tiny.model.config.context_length, 1)
+    _forward(tiny)
