@@ -279,6 +279,7 @@ def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
         config.axial_pos_shape = type(shape)([side, fields["max_position_embeddings"] // side])
     _truncate_per_layer_lists(config, old_layers)
     _shrink_out_indices(config, old_layers)
+    _fit_ssm_heads(config)
     _shrink_rope_sections(config)
     _shrink_images(config)
     _clamp_token_ids(config)
@@ -370,6 +371,19 @@ def _truncate_per_layer_lists(config: Any, old_layers: int | None) -> None:
             setattr(config, name, layers)
     for name, value in lists.items():
         setattr(config, name, value[:layers])
+
+
+def _fit_ssm_heads(config: Any) -> None:
+    """Mamba-2 splits its ``expand * hidden_size`` inner channels into ``num_heads`` heads of ``head_dim``: after
+    shrinking, the head dim follows (the full-size product of 128 heads of 64 is the inner width of 4,096 x 2),
+    and the B/C groups ``n_groups`` must still divide the heads."""
+    fields = vars(config)
+    expand, heads, width = fields.get("expand"), fields.get("num_heads"), _width(config)
+    if not (isinstance(expand, int) and isinstance(heads, int) and isinstance(fields.get("head_dim"), int)):
+        return
+    config.head_dim = expand * width // heads
+    if isinstance(fields.get("n_groups"), int) and heads % fields["n_groups"]:
+        config.n_groups = math.gcd(heads, fields["n_groups"])
 
 
 def _shrink_out_indices(config: Any, old_layers: int | None) -> None:
@@ -632,10 +646,11 @@ def _make(
         types = getattr(config, "type_vocab_sizes", None)  # table models: one type id per column kind
         shape = (batch, sequence, len(types)) if isinstance(types, (list, tuple)) else (batch, sequence)
         return torch.zeros(*shape, dtype=torch.long)
-    if name == "pixel_values":
+    if name in ("pixel_values", "pixel_values_videos"):
         height, width = _image_size(config)
         channels = getattr(_vision(config), "num_channels", 3)
-        return torch.randn(batch, channels, height, width, generator=generator)
+        frames = _video_frames(config) if name == "pixel_values" else _video_frames(config) or 2
+        return torch.randn(batch, *((frames,) if frames else ()), channels, height, width, generator=generator)
     if name == "input_values":
         frames, bins = getattr(config, "max_length", None), getattr(config, "num_mel_bins", None)
         if isinstance(frames, int) and isinstance(bins, int):  # spectrogram transformers (AST)
@@ -651,6 +666,21 @@ def _make(
         corners = torch.randint(0, 500, (batch, sequence, 2), generator=generator)
         return torch.cat([corners, corners + 100], dim=-1)
     return None
+
+
+def _video_frames(config: Any) -> int | None:
+    """Frames per clip of a video model (its ``pixel_values`` are ``(batch, frames, channels, height, width)``):
+    a family of the video-classification mapping, or a model whose vision sub-config counts frames (X-CLIP);
+    2 for keypoint matchers (an image pair).
+    None for image models (Perceiver counts frames for its multimodal preprocessor, on the config itself)."""
+    from transformers.models.auto import modeling_auto
+
+    if getattr(config, "model_type", None) in modeling_auto.MODEL_FOR_KEYPOINT_MATCHING_MAPPING_NAMES:
+        return 2  # keypoint matchers take the two images of a pair
+    vision = _vision(config)
+    frames = next((vars(vision)[f] for f in ("num_frames", "frames_per_clip") if isinstance(vars(vision).get(f), int)), None)
+    video_family = getattr(config, "model_type", None) in modeling_auto.MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES
+    return frames if video_family or vision is not config else None
 
 
 def _codec(config: Any) -> tuple[int, int] | None:
@@ -807,7 +837,7 @@ def _make_series(name: str, config: Any, batch: int, generator: torch.Generator)
     return None
 
 
-_PRIMARY = ("input_ids", "pixel_values", "input_values", "input_features", "past_values")
+_PRIMARY = ("input_ids", "pixel_values", "input_values", "input_features", "past_values", "pixel_values_videos")
 _COMPANIONS = ("attention_mask", "token_type_ids", "bbox")
 # Primaries of models that take none of the above (checked only then, in signature order).
 _EMBEDDING_PRIMARY = ("inputs", "query_embeds", "noise_embeds", "latents", "hidden_states")

@@ -119,3 +119,37 @@ def test_multichannel_series_get_one_value_per_channel_per_step():
     tiny = build_tiny("PatchTSTModel")
     assert tiny.inputs["past_values"].shape == (2, tiny.model.config.context_length, 1)
     _forward(tiny)
+
+
+def test_video_models_get_clips_of_their_frame_count():
+    """Was: ``not enough values to unpack (expected 5, got 4)``."""
+    tiny = build_tiny("VideoMAEModel")
+    assert tiny.inputs["pixel_values"].shape == (2, tiny.model.config.num_frames, 3, IMAGE, IMAGE)
+    _forward(tiny)
+
+
+def test_pixel_values_videos_is_a_primary_input():
+    """Was: ``forward takes none of input_ids, pixel_values, input_values, input_features``."""
+    tiny = build_tiny("VJEPA2Model")
+    assert tiny.inputs["pixel_values_videos"].dim() == 5
+    _forward(tiny)
+
+
+def test_image_models_that_count_frames_elsewhere_keep_4d_images():
+    assert build_tiny("PerceiverForImageClassificationLearned").inputs["pixel_values"].dim() == 4
+
+
+def test_keypoint_matchers_get_image_pairs():
+    """Was: ``Input must be a 5D tensor of shape (batch_size, 2, num_channels, height, width)``."""
+    tiny = build_tiny("LightGlueForKeypointMatching")
+    assert tiny.inputs["pixel_values"].shape[:2] == (2, 2)
+    _forward(tiny)
+
+
+def test_mamba2_heads_split_the_shrunk_inner_width():
+    """Was: ``shape '[2, 8, 4, 8]' is invalid for input of size 1024``."""
+    tiny = build_tiny("Mamba2Model")
+    config = tiny.model.config
+    assert config.num_heads * config.head_dim == config.expand * config.hidden_size
+    assert config.num_heads % config.n_groups == 0
+    _forward(tiny)
