@@ -259,6 +259,12 @@ def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
             setattr(config, name, widths)  # a list: models prepend to it (ConvNext's backbone), tuples refuse
             if fields.get("stem_out_channels") == old_first:  # the stem feeds the first stage (TextNet)
                 config.stem_out_channels = fields[name][0]
+    shrink = fields.get("channel_shrink_ratio")
+    if isinstance(shrink, int) and width:  # LiLT: six box embeddings of hidden // 6 and a layout stream of
+        step = math.lcm(6, shrink * fields.get("num_attention_heads", HEADS))  # hidden // ratio, split in heads
+        for name in _HIDDEN_FIELDS:
+            if isinstance(fields.get(name), int):
+                setattr(config, name, -(-fields[name] // step) * step)
     if isinstance(fields.get("dim_bbox"), int):  # Bros: hidden // 4 // dim_bbox sinusoid dims, at least 2
         for name in _HIDDEN_FIELDS:
             if isinstance(fields.get(name), int):

@@ -153,3 +153,12 @@ def test_mamba2_heads_split_the_shrunk_inner_width():
     assert config.num_heads * config.head_dim == config.expand * config.hidden_size
     assert config.num_heads % config.n_groups == 0
     _forward(tiny)
+
+
+def test_lilt_widths_split_into_six_box_embeddings_and_a_headed_layout_stream():
+    """Was: ``mat1 and mat2 shapes cannot be multiplied (16x30 and 32x8)`` (6 x 32 // 6 = 30)."""
+    tiny = build_tiny("LiltModel")
+    config = tiny.model.config
+    layout = config.hidden_size // config.channel_shrink_ratio
+    assert config.hidden_size % 6 == 0 and layout % config.num_attention_heads == 0
+    _forward(tiny)
