@@ -880,6 +880,8 @@ def sample_inputs(
         visual = hasattr(config, "vision_config") or isinstance(getattr(config, "image_size", None), int)
         if "pixel_values" in parameters and visual and not _has_image_token(config):
             wanted.append("pixel_values")
+    if primary == "pixel_values" and "input_ids" in parameters:  # vision-language: the text half too (Kosmos-2)
+        wanted += [p for p in ("input_ids", "attention_mask") if p in parameters]
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
         wanted.append("decoder_input_ids")
     for name, parameter in parameters.items():

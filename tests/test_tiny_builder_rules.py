@@ -162,3 +162,10 @@ def test_lilt_widths_split_into_six_box_embeddings_and_a_headed_layout_stream():
     layout = config.hidden_size // config.channel_shrink_ratio
     assert config.hidden_size % 6 == 0 and layout % config.num_attention_heads == 0
     _forward(tiny)
+
+
+def test_vision_language_models_led_by_pixels_get_their_text_too():
+    """Was: ``'NoneType' object has no attribute 'size'`` (BLIP's captioner given no text)."""
+    tiny = build_tiny("BlipForConditionalGeneration")
+    assert tiny.inputs["input_ids"].shape == (2, 8) and tiny.inputs["pixel_values"].dim() == 4
+    _forward(tiny)
