@@ -20,6 +20,9 @@ constructs the exporter, and exports a one-Linear module once (ExecuTorch builds
 once per process; torch.onnx warms its registry), then builds the tiny model and times only the export call.
 The paths are interleaved per round, the order rotated each round, so load drift hits every column alike;
 each cell is the best of ``--repeat`` samples, and every sample is kept with the load average around it.
+Each sample also has ``cpu_seconds`` (the child's process time over the export call) and each row
+``ours_vs_*_cpu`` (best CPU seconds over best CPU seconds): on the shared machine wall time is 4x the CPU time at
+load 10 and single wall samples of one path vary 2x, while CPU seconds of one path vary about 3 %.
 
 Exported-model speed (``--latency``): for a decoder, an encoder and a vision model with a small but not
 trivial config (hidden 256, 4 layers), ours and the reference export once each (static), the artifacts are
@@ -159,7 +162,7 @@ def child(backend: str, mode: str, name: str, path: str) -> dict[str, Any]:
         exporter, config = reference_exporter(backend, dynamic)
         run = lambda: exporter.export(model, copy.deepcopy(inputs), config)  # noqa: E731
     load_before = os.getloadavg()[0]
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     try:
         result = run()
     except Exception as error:  # a path that fails is reported with its error, never timed
@@ -167,6 +170,7 @@ def child(backend: str, mode: str, name: str, path: str) -> dict[str, Any]:
         return {"seconds": None, "error": f"{type(error).__name__}: {lines[0] if lines else ''}"[:300]}
     sample: dict[str, Any] = {
         "seconds": round(time.perf_counter() - start, 3),
+        "cpu_seconds": round(time.process_time() - cpu_start, 3),
         "load_before": round(load_before, 2),
         "load_after": round(os.getloadavg()[0], 2),
     }
@@ -201,8 +205,11 @@ def measure(backend: str, mode: str, name: str, repeat: int) -> dict[str, Any]:
         timed = [s for s in taken if s["seconds"] is not None]
         row[path] = min(timed, key=lambda s: s["seconds"]) | {"samples": [s["seconds"] for s in timed]} if timed \
             else taken[-1]  # fmt: skip
-    row["ours_vs_reference"] = _ratio(row["ours"]["seconds"], row["reference"]["seconds"])
-    row["ours_vs_bare"] = _ratio(row["ours"]["seconds"], row["bare"]["seconds"])
+    for other in ("reference", "bare"):
+        row[f"ours_vs_{other}"] = _ratio(row["ours"]["seconds"], row[other]["seconds"])
+        cpu = [min(s["cpu_seconds"] for s in samples[path] if s.get("cpu_seconds")) if any(
+            s.get("cpu_seconds") for s in samples[path]) else None for path in ("ours", other)]  # fmt: skip
+        row[f"ours_vs_{other}_cpu"] = _ratio(*cpu)
     return row
 
 
@@ -218,7 +225,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     summary = []
     for (backend, mode), members in groups.items():
         entry: dict[str, Any] = {"backend": backend, "mode": mode, "models": len(members)}
-        for key in ("ours_vs_reference", "ours_vs_bare"):
+        for key in ("ours_vs_reference", "ours_vs_bare", "ours_vs_reference_cpu", "ours_vs_bare_cpu"):
             values = [r[key] for r in members if r[key] is not None]
             entry[key] = {"median": round(statistics.median(values), 3), "max": max(values), "n": len(values)} \
                 if values else None  # fmt: skip
@@ -230,12 +237,13 @@ def table(rows: list[dict[str, Any]]) -> str:
     def cell(value: Any) -> str:
         return "fails" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
 
-    lines = [f"{'backend':<10} {'mode':<7} {'model':<32} {'bare':>7} {'ours':>7} {'ref':>7} {'o/ref':>6} {'o/bare':>6}"]
+    lines = [f"{'backend':<10} {'mode':<7} {'model':<32} {'bare':>7} {'ours':>7} {'ref':>7} {'o/ref':>6} {'o/bare':>6} {'cpu o/ref':>9} {'cpu o/bare':>10}"]
     for r in rows:
         lines.append(
             f"{r['backend']:<10} {r['mode']:<7} {r['model']:<32} {cell(r['bare']['seconds']):>7} "
             f"{cell(r['ours']['seconds']):>7} {cell(r['reference']['seconds']):>7} "
-            f"{cell(r['ours_vs_reference']):>6} {cell(r['ours_vs_bare']):>6}"
+            f"{cell(r['ours_vs_reference']):>6} {cell(r['ours_vs_bare']):>6} "
+            f"{cell(r.get('ours_vs_reference_cpu')):>9} {cell(r.get('ours_vs_bare_cpu')):>10}"
         )
     for r in rows:
         for path in PATHS:
