@@ -48,10 +48,9 @@ DEFAULT_SUPERSESSION_PROBES = 6  # probes per entry; each is one export (Flint's
 
 def scope_modes(scope: str) -> list[bool]:
     """The ``dynamic`` flags an entry's scope covers: ``all`` → static and dynamic."""
-    if scope == "generate":  # a plain dynamic re-run would be the wrong evidence for a generation failure
-        raise NotImplementedError("the audit cannot re-run generate-scope entries yet: it re-runs single-graph "
-                                  "exports only (docs/generation.md, Ledger)")
-    return {"all": [False, True], "static": [False], "dynamic": [True]}[scope]
+    # generate: one dynamic re-run, which the child's `export --repro ID` makes a generation export
+    # (bot/generate_rerun.py), never a plain dynamic export that would be the wrong evidence.
+    return {"all": [False, True], "static": [False], "dynamic": [True], "generate": [True]}[scope]
 
 
 def subprocess_runner(
