@@ -19,7 +19,7 @@ from rich.table import Table
 
 from bot.errors import EXIT_FAILED, ExportbotGroup, SuggestingChoice, UsageProblem, report_errors
 from bot.generate_cli import export_generation_command, generation_class
-from bot.generate_rerun import generate_entry, rerun_generation_command
+from bot.generate_outcome import generate_entry, rerun_generation_command
 from bot.json_output import emit_json, json_flag
 from bot.runner import BACKENDS, PASS, SKIPPED, ExportRequest, export_one
 from exporters.export_options import DTYPES, TASKS
@@ -127,7 +127,7 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
     """
     from bot.export_checks import check_request
 
-    if repro is not None and (entry := generate_entry(repro)) is not None:  # bot/generate_rerun.py
+    if repro is not None and (entry := generate_entry(repro)) is not None:  # bot/generate_outcome.py
         return rerun_generation_command(entry, model, backend, out_dir, outcome_json, as_json, seed)
     generation = generation_class(model, task)
     if generation is not None:  # prefill + decode with a KV cache: bot/generate_cli.py

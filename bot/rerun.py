@@ -49,7 +49,7 @@ DEFAULT_SUPERSESSION_PROBES = 6  # probes per entry; each is one export (Flint's
 def scope_modes(scope: str) -> list[bool]:
     """The ``dynamic`` flags an entry's scope covers: ``all`` → static and dynamic."""
     # generate: one dynamic re-run, which the child's `export --repro ID` makes a generation export
-    # (bot/generate_rerun.py), never a plain dynamic export that would be the wrong evidence.
+    # (bot/generate_outcome.py), never a plain dynamic export that would be the wrong evidence.
     return {"all": [False, True], "static": [False], "dynamic": [True], "generate": [True]}[scope]
 
 

@@ -48,7 +48,7 @@ def test_a_generate_entry_re_runs_once_in_dynamic_mode(registry):
 def test_the_re_run_is_a_generation_export_not_a_plain_one(registry):
     run = subprocess_runner(600, repro="bert-generate", registry=registry)
     outcome = run("BertModel", "onnx", True)
-    assert outcome["status"] == "failed", outcome
+    assert outcome["status"] == "build-error", outcome  # a plain dynamic BertModel export passes
     assert "no generation head" in outcome["error"]
     assert outcome["repro"] == "bert-generate" and outcome["workaround_off"] == ["bert-generate"]
 

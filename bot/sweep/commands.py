@@ -17,13 +17,13 @@ from rich.console import Console
 from bot.errors import UsageProblem, report_errors
 from bot.json_output import emit_json, json_flag
 from bot.runner import BACKENDS
-from bot.sweep.catalogue import enumerate_model_classes
+from bot.sweep.catalogue import GENERATION_MAPPINGS, enumerate_model_classes, generation_classes
 from bot.sweep.causes import DEFAULT_CAUSES, Cause, CausesError, explain, load_causes
 from bot.sweep.isolation import SweepError, SweepSettings, run_sweep
 from bot.sweep.records import merge_records, record_key
 from bot.sweep.reports import CENSUS_OK, coverage_markdown, summarize, summary_markdown
 from bot.sweep.results import ResultsError, ResultsWriter, read_results, repair_tail, write_records
-from bot.sweep.tasks import MODES, Key, parse_class_list, parse_shard, plan_tasks, select_classes
+from bot.sweep.tasks import GENERATE, MODES, Key, parse_class_list, parse_shard, plan_tasks, select_classes
 from bot.sweep.terminal import SweepProgress, summary_table, triage_table
 from bot.sweep.triage import failure_signature, triage
 
@@ -141,6 +141,9 @@ def _publish_summary(records: Sequence[Mapping[str, Any]], summary_md: Path | No
 @click.option("--static", "modes", flag_value="static", help="Static shapes only.")
 @click.option("--dynamic", "modes", flag_value="dynamic", help="Dynamic shapes only.")
 @click.option("--both", "modes", flag_value="both", default=True, help="Static and dynamic  [default]")
+@click.option("--task", type=click.Choice(sorted(GENERATION_MAPPINGS)), default=None,
+              help="Generation exports instead (prefill + decode, validated token for token; mode 'generate'): "
+                   "every class with this task's generation head, or those of --classes.")
 @click.option("--classes", "classes_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Export these classes (one per line, # comments) instead of every auto-mapped class.")
 @click.option("--match", "patterns", multiple=True, metavar="PATTERN",
@@ -168,7 +171,8 @@ def _publish_summary(records: Sequence[Mapping[str, Any]], summary_md: Path | No
               help="Also write the summary as Markdown (appended to $GITHUB_STEP_SUMMARY when that is set).")
 @json_flag("the summary (per backend/mode counts, top failure groups)", JSON_SHAPES)
 @report_errors
-def run_command(backends: tuple[str, ...], modes: str, classes_file: Path | None, patterns: tuple[str, ...],
+def run_command(backends: tuple[str, ...], modes: str, task: str | None, classes_file: Path | None,
+                patterns: tuple[str, ...],
                 limit: int | None, shard: str | None, jobs: int, timeout: float, memory_gb: float, results: Path,
                 logs_dir: Path | None, resume: bool, overwrite: bool, no_fork: bool, ignore: tuple[str, ...],
                 summary_md: Path | None, as_json: bool) -> None:
@@ -188,13 +192,15 @@ def run_command(backends: tuple[str, ...], modes: str, classes_file: Path | None
         raise UsageProblem(str(error)) from None
     console = Console(stderr=True, markup=False)  # class names and paths are printed as they are
     ledger = _load_ledger_for_sweep(ignore)
-    classes = select_classes(_classes_from(classes_file), patterns, shard_spec, limit)
+    catalogue = generation_classes(task) if task and classes_file is None else _classes_from(classes_file)
+    classes = select_classes(catalogue, patterns, shard_spec, limit)
     settings = SweepSettings(
         backends=backends or BACKENDS, jobs=jobs, timeout=timeout, memory_gb=memory_gb, fork=not no_fork,
         ignore_ledger=ignore, logs_dir=logs_dir or results.with_suffix(".logs"),
     )  # fmt: skip
     done = _done_keys(results, resume, overwrite, console)
-    tasks = plan_tasks(classes, settings.backends, MODES if modes == "both" else (modes,), done)
+    chosen = (GENERATE,) if task else MODES if modes == "both" else (modes,)
+    tasks = plan_tasks(classes, settings.backends, chosen, done)
     console.print(f"{len(classes)} classes, {len(tasks)} exports to run ({len(done)} already recorded), "
                   f"{jobs} job(s), {'warm fork' if settings.fork else 'fresh process'} per export")  # fmt: skip
     writer = ResultsWriter(results)

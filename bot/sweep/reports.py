@@ -10,6 +10,7 @@ from typing import Any
 from bot.runner import BUILD_ERROR, PASS
 from bot.sweep.causes import Cause, explain
 from bot.sweep.records import SCHEMA, STATUSES, merge_records
+from bot.sweep.tasks import GENERATE
 from bot.sweep.triage import failure_signature, normalize_error, triage
 
 
@@ -204,6 +205,27 @@ def _exporter_line(records: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(parts) or "none"
 
 
+def generation_markdown(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The generation column: per class and backend, the generation export's status (mode ``generate``,
+    ``sweep run --task``) beside the same class's single-graph dynamic export; empty without generate records."""
+    generation = [record for record in records if record["mode"] == GENERATE]
+    if not generation:
+        return []
+    dynamic = {(r["model"], r["backend"]): r["status"] for r in records if r["mode"] == "dynamic"}
+    passed = sum(record["status"] == PASS for record in generation)
+    lines = [
+        "", "## Generation (`sweep run --task …`: prefill + decode with a KV cache, `generate()` token for token)", "",
+        f"{passed} of {len(generation)} generation exports pass: both components validated from the written bundle "
+        "at two shapes and 16 greedy tokens of two padded prompts equal to eager `generate()` (docs/generation.md). "
+        "`dynamic export` is the same class's single-graph dynamic record, where one exists.", "",
+    ]  # fmt: skip
+    return lines + _md_table(
+        ["class", "backend", "dynamic export", "generation", "detail"],
+        ([r["model"], r["backend"], dynamic.get((r["model"], r["backend"]), "—"), r["status"],
+          first_line(r.get("error")) or (r.get("ledger_entry") or "")] for r in generation),
+    )  # fmt: skip
+
+
 def coverage_markdown(
     records: Sequence[Mapping[str, Any]],
     command: str,
@@ -234,6 +256,7 @@ def coverage_markdown(
     lines += ["", *causes_markdown(records, causes, census)]
     if census:
         lines += ["", *census_markdown(census)]
+    lines += generation_markdown(records)
     lines += ["", "## Every export", ""]
     lines += _md_table(
         ["class", "backend", "mode", "status", "seconds", "workarounds fired", "ledger entry", "error"],
