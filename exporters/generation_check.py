@@ -41,6 +41,7 @@ __all__ = ["GenerationCheck", "check_generation", "eager_generate", "float32_noi
 
 LOGITS_ATOL = 1e-3
 LOGITS_RTOL = 1e-3
+PROMPT_INPUTS = ("input_ids", "attention_mask", "input_features", "pixel_values")  # what eager generate() takes
 NOISE_FACTOR = 2.0  # two float32 computations, each about eager's float64 distance from the exact value
 
 
@@ -86,7 +87,7 @@ def eager_generate(model: torch.nn.Module, layout: dict[str, Any], inputs: dict[
     """Eager greedy tokens ``[batch, new]``, the raw logits of every step, and the seconds it took."""
     from transformers import GenerationMixin
 
-    kwargs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "input_features")}
+    kwargs = {k: v for k, v in inputs.items() if k in PROMPT_INPUTS}
     plain = _plain_config(model, layout, new_tokens)
     # generate() fills fields a passed config leaves unset from the model's own generation config (BART's
     # forced_eos_token_id, Whisper's suppress_tokens): the model's config is swapped out for the call.
@@ -174,7 +175,7 @@ def float32_noise(model: torch.nn.Module, layout: dict[str, Any], inputs: dict[s
     """
     exact = copy.deepcopy(model).double().eval()
     wide = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()
-            if k in ("input_ids", "attention_mask", "input_features")}
+            if k in PROMPT_INPUTS}
     steps = len(eager_logits)
     fed = eager_tokens[:, : steps - 1]
     with torch.no_grad():
