@@ -184,6 +184,8 @@ def float32_noise(model: torch.nn.Module, layout: dict[str, Any], inputs: dict[s
             mask = torch.cat([wide["attention_mask"], torch.ones_like(fed)], dim=1)
             positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
             extra = {"position_ids": positions} if _accepts(exact, "position_ids") else {}
+            if "pixel_values" in wide:  # a vision-language prompt: the image fills its placeholder tokens
+                extra["pixel_values"] = wide["pixel_values"]
             logits = exact(input_ids=torch.cat([wide["input_ids"], fed], dim=1), attention_mask=mask,
                            use_cache=False, **extra).logits[:, prompt - 1:]
         else:
