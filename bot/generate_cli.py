@@ -239,7 +239,7 @@ def generate_command(directory: Path, prompt_length: int, max_new_tokens: int, b
       exportbot generate out/llama-gen --sample --temperature 0.8 --top-k 20 --seed 3
     """
     from exporters.bundle import BundleError
-    from exporters.generation import make_prompts, sample_prompts
+    from exporters.generation import make_image_prompts, make_prompts, sample_prompts
     from exporters.loading import load
 
     if prompt_length < 1 or max_new_tokens < 1 or batch_size < 1:
@@ -252,15 +252,22 @@ def generate_command(directory: Path, prompt_length: int, max_new_tokens: int, b
     if not layout:
         raise UsageProblem(f"{directory}: not a generation bundle (export it with --task text-generation)")
     limit = layout["max_cache_len"]
-    if layout["kind"] == "decoder-only" and prompt_length + max_new_tokens > limit:
-        raise UsageProblem(f"--prompt-length {prompt_length} + --max-new-tokens {max_new_tokens} exceed the "
-                           f"bundle's max_cache_len {limit}")
+    # A vision-language prompt also holds one image's placeholders and 2 lead tokens (make_image_prompts).
+    image = layout["image_input"]["tokens_per_image"] + 2 if "image_input" in layout else 0
+    if layout["kind"] == "decoder-only" and image + prompt_length + max_new_tokens > limit:
+        raise UsageProblem(f"--prompt-length {prompt_length} + --max-new-tokens {max_new_tokens}"
+                           + (f" + {image} image tokens" if image else "") + f" exceed the bundle's max_cache_len {limit}")
     if layout["batch"] == "static" and batch_size != layout["batch_size"]:
         raise UsageProblem(f"{directory} was exported with a static batch of {layout['batch_size']}; "
                            f"use --batch-size {layout['batch_size']}")
     eager = rebuild_source(layout.get("source", {})) if compare and not do_sample else None
     if eager is not None:
         inputs = sample_prompts(eager, batch=batch_size, prompt_length=prompt_length, seed=seed)
+    elif "image_input" in layout:  # a vision-language bundle: placeholders and pixels from its manifest
+        image = layout["image_input"]
+        inputs = make_image_prompts(image["image_token_id"], image["tokens_per_image"], tuple(image["shape"]),
+                                    bundle.config.get_text_config(decoder=True).vocab_size,
+                                    layout.get("pad_token_id"), batch_size, prompt_length, seed)
     else:
         inputs = make_prompts(layout["kind"], layout.get("encoder_input", "input_ids"), bundle.config,
                               layout.get("pad_token_id"), batch_size, prompt_length, seed)

@@ -478,22 +478,28 @@ def tokens_per_image(model: torch.nn.Module) -> int:
 
 
 def image_prompts(model: torch.nn.Module, batch: int = 2, prompt_length: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Prompts of a vision-language model: ``2`` lead tokens, one image's placeholders, ``prompt_length`` text
-    tokens; row ``i > 0`` is left-padded over its lead tokens (so prompts differ in length and every row keeps
-    its whole image), and random ``pixel_values``. The lead tokens are what the second validation shape cuts."""
+    """Prompts of a vision-language model (see ``make_image_prompts``)."""
+    vision = model.config.vision_config
+    return make_image_prompts(image_token_id(model), tokens_per_image(model), (vision.num_channels, vision.image_size,
+                              vision.image_size), model.config.get_text_config(decoder=True).vocab_size, _pad(model),
+                              batch, prompt_length, seed)
+
+
+def make_image_prompts(token: int, count: int, pixels: tuple[int, ...], vocab: int, pad: int | None, batch: int = 2,
+                       prompt_length: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
+    """``2`` lead tokens, one image's ``count`` placeholders, ``prompt_length`` text tokens per row; row ``i > 0``
+    is left-padded over its lead tokens (so prompts differ in length and every row keeps its whole image), and
+    random ``pixel_values`` of shape ``pixels`` per row. The lead tokens are what the second validation shape
+    cuts. A bundle's manifest has every argument (``generation.image_input``), so prompts need no model."""
     if prompt_length < 1 or batch < 1:
         raise ValueError(f"prompt_length and batch must be at least 1, got {prompt_length}, {batch}")
     generator = torch.Generator().manual_seed(seed)
-    token, count, lead = image_token_id(model), tokens_per_image(model), 2
-    vocab = model.config.get_text_config(decoder=True).vocab_size
+    lead = 2
     ids = torch.randint(3, vocab, (batch, lead + count + prompt_length), generator=generator)
     ids[ids == token] = 3 if token != 3 else 4  # no stray placeholder among the text tokens
     ids[:, lead:lead + count] = token
     mask = torch.ones_like(ids)
-    pad = _pad(model)
     for row in range(1, batch):
         mask[row, :lead] = 0
         ids[row, :lead] = pad if pad is not None else 0
-    vision = model.config.vision_config
-    pixels = torch.randn(batch, vision.num_channels, vision.image_size, vision.image_size, generator=generator)
-    return {"input_ids": ids, "attention_mask": mask, IMAGE_INPUT: pixels}
+    return {"input_ids": ids, "attention_mask": mask, IMAGE_INPUT: torch.randn(batch, *pixels, generator=generator)}
