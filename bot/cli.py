@@ -128,7 +128,7 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
     from bot.export_checks import check_request
 
     if repro is not None and (entry := generate_entry(repro)) is not None:  # bot/generate_outcome.py
-        return rerun_generation_command(entry, model, backend, out_dir, outcome_json, as_json, seed)
+        return rerun_generation_command(entry, model, backend, out_dir, outcome_json, as_json, seed, without)
     generation = generation_class(model, task)
     if generation is not None:  # prefill + decode with a KV cache: bot/generate_cli.py
         target = model if Path(model).is_dir() else generation

@@ -41,7 +41,7 @@ def generate_entry(entry_id: str) -> LedgerEntry | None:
 
 
 def generation_outcome(model_class: str, backend: str, out_dir: Path, seed: int = 0,
-                       overrides: dict[str, Any] | None = None) -> ExportOutcome:
+                       overrides: dict[str, Any] | None = None, without: tuple[str, ...] = ()) -> ExportOutcome:
     """Export ``model_class`` for generation without the ledger, validated token for token; never raises for a
     failed export (the failure is the outcome, its first line in ``cause``)."""
     from bot.generate_cli import export_generation
@@ -53,7 +53,8 @@ def generation_outcome(model_class: str, backend: str, out_dir: Path, seed: int 
     outcome.options = {"task": "generation", "seed": seed, "overrides": overrides or {}}
     started = time.perf_counter()
     try:
-        export = export_generation(model_class, backend, out_dir, seed=seed, overrides=overrides, ignore_ledger=True)
+        export = export_generation(model_class, backend, out_dir, seed=seed, overrides=overrides, ignore_ledger=True,
+                                   without=without)
     except Exception as error:  # the export failed: that is the result, with its cause
         outcome.status = BUILD_ERROR if isinstance(error, UsageProblem) else FAILED
         outcome.error_type = type(error).__name__
@@ -61,6 +62,8 @@ def generation_outcome(model_class: str, backend: str, out_dir: Path, seed: int 
         outcome.cause = (outcome.error.splitlines() or [""])[0]
     else:
         outcome.status = export.status
+        outcome.workarounds_disabled = sorted({w for r in export.results.values()
+                                               for w in r.metadata.workarounds_disabled})
         outcome.workarounds_fired = {w: c for r in export.results.values()
                                      for w, c in r.metadata.workarounds_fired.items()}
         outcome.stage_seconds = {f"{name}: {stage}": s for name, r in export.results.items()
@@ -76,8 +79,9 @@ def generation_outcome(model_class: str, backend: str, out_dir: Path, seed: int 
 
 
 def rerun_generation(entry: LedgerEntry, model_class: str, backend: str, out_dir: Path,
-                     seed: int = 0) -> ExportOutcome:
-    """Export ``model_class`` for generation as entry ``entry`` reproduces it, with the entry's gate off."""
+                     seed: int = 0, without: tuple[str, ...] = ()) -> ExportOutcome:
+    """Export ``model_class`` for generation as entry ``entry`` reproduces it, with the entry's gate off (and
+    the workarounds ``without`` names: the audit's supersession probes)."""
     if model_class not in entry.models:
         raise UsageProblem(f"--repro {entry.id}: {model_class} is not one of its models ({', '.join(entry.models)})")
     if backend != entry.backend:
@@ -89,7 +93,7 @@ def rerun_generation(entry: LedgerEntry, model_class: str, backend: str, out_dir
     overrides = dict(repro.config) if repro is not None else {}
     if repro is not None and repro.seed is not None:
         seed = repro.seed
-    outcome = generation_outcome(model_class, backend, out_dir, seed, overrides)
+    outcome = generation_outcome(model_class, backend, out_dir, seed, overrides, without)
     outcome.repro = entry.id
     outcome.repro_source = "generation export of the tiny model" + (" with config" if overrides else "")
     outcome.workaround_off.append(entry.id)  # the gate was off: the export ran without the ledger
@@ -118,12 +122,13 @@ def sweep_generation_outcome(model_class: str, backend: str, ignore_ledger: list
 
 
 def rerun_generation_command(entry: LedgerEntry, model: str, backend: str, out_dir: Path | None,
-                             outcome_json: Path | None, as_json: bool, seed: int) -> None:
+                             outcome_json: Path | None, as_json: bool, seed: int,
+                             without: tuple[str, ...] = ()) -> None:
     """``exportbot export CLASS --repro ID`` for a generate entry: the outcome record, exit 1 unless it passed."""
     from bot.cli import write_atomically
 
     out_dir = out_dir or Path("out") / f"{model}-{backend}-generation"
-    outcome = rerun_generation(entry, model, backend, out_dir, seed)
+    outcome = rerun_generation(entry, model, backend, out_dir, seed, without)
     record = json.dumps(outcome.as_dict(), indent=2) + "\n"
     if outcome_json is not None:
         write_atomically(outcome_json, record)
