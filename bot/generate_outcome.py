@@ -87,9 +87,9 @@ def rerun_generation(entry: LedgerEntry, model_class: str, backend: str, out_dir
     if backend != entry.backend:
         raise UsageProblem(f"--repro {entry.id}: a {entry.backend} entry; pass --backend {entry.backend}")
     repro = entry.repro
-    if repro is not None and (repro.script is not None or repro.inputs):
+    if repro is not None and (repro.script is not None or repro.inputs or repro.export):
         raise UsageProblem(f"--repro {entry.id}: a generate entry's reproducer takes config and seed only "
-                           "(generation prompts are built by exporters.generation.sample_prompts)")
+                           "(prompts and export settings are the generation export's: docs/generation.md)")
     overrides = dict(repro.config) if repro is not None else {}
     if repro is not None and repro.seed is not None:
         seed = repro.seed
