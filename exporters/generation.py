@@ -244,7 +244,9 @@ def plan_components(
     of the cache's ``cat`` (``Min(8*past + 8, 16*past + 16) == 8*past + 8``, true for every past length) as a
     constraint violation; ``Dim.AUTO`` keeps the same dynamic dim without asking the solver to prove it.
     """
-    static = static_batch(config, backend)
+    # A vision tower hands back one feature tensor per image (a Python list over the batch), so torch.export
+    # specialises the batch of a vision-language prefill: its bundles keep the sample's batch.
+    static = static_batch(config, backend) or IMAGE_INPUT in inputs
     batch: Any = Dim.STATIC if static else Dim("batch", min=1, max=config.max_batch)
     inputs = dict(inputs)
     if "attention_mask" not in inputs and "input_ids" in inputs:
@@ -368,7 +370,7 @@ def cache_layout(model: torch.nn.Module, plans: list[ComponentPlan], config: Gen
         "components": [p.name for p in plans],
         "layers": layers,
         "max_cache_len": config.max_cache_len,
-        "batch": "static" if static_batch(config, backend) else "dynamic",
+        "batch": "static" if static_batch(config, backend) or IMAGE_INPUT in plans[0].inputs else "dynamic",
         "batch_size": int(sample.shape[0]),
         "self_attention": {
             "inputs": "past_{key,value}_{layer}",
