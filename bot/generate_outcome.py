@@ -16,7 +16,6 @@ record, verdict rules and report as any other re-run.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -125,15 +124,14 @@ def rerun_generation_command(entry: LedgerEntry, model: str, backend: str, out_d
                              outcome_json: Path | None, as_json: bool, seed: int,
                              without: tuple[str, ...] = ()) -> None:
     """``exportbot export CLASS --repro ID`` for a generate entry: the outcome record, exit 1 unless it passed."""
-    from bot.cli import write_atomically
+    from bot.json_output import emit_json
 
     out_dir = out_dir or Path("out") / f"{model}-{backend}-generation"
     outcome = rerun_generation(entry, model, backend, out_dir, seed, without)
-    record = json.dumps(outcome.as_dict(), indent=2) + "\n"
     if outcome_json is not None:
-        write_atomically(outcome_json, record)
+        emit_json(outcome.as_dict(), outcome_json)
     if as_json:
-        click.echo(record, nl=False)
+        emit_json(outcome.as_dict())
     else:
         click.echo(f"{model} → {backend} (generation, reproducer of {entry.id}, its gate off): {outcome.status}"
                    + (f": {outcome.error.splitlines()[0]}" if outcome.error else ""))
