@@ -292,7 +292,7 @@ def verdict(
             names = tuple(sorted({n for p in proofs.values() for n in p["workarounds_disabled"]}))
             shown = "; ".join(
                 f"{model} ({'dynamic' if dynamic else 'static'}): with --without "
-                f"{' --without '.join(p['workarounds_disabled'])} it fails as recorded: {error_excerpt(p)}"
+                f"{' --without '.join(p['workarounds_disabled'])} it fails as recorded: {first_error_line(p)}"
                 for (model, _, dynamic), p in proofs.items()
             )
             return Verdict(
@@ -360,6 +360,17 @@ def error_excerpt(outcome: dict[str, Any], limit: int = 300) -> str:
     lines = [line.strip() for line in _ANSI.sub("", _error_text(outcome)).splitlines() if line.strip()]
     named = [line for line in lines if _EXCEPTION_LINE.match(line)]
     return (named[-1] if named else lines[0] if lines else "")[:limit]
+
+
+def first_error_line(outcome: dict[str, Any], limit: int = 300) -> str:
+    """``Type: first line of the message`` (ANSI colours removed): what a failing probe shows a reviewer.
+
+    Unlike :func:`error_excerpt`, which looks for torch.onnx's summary line, this keeps the message's own
+    start (an ExecuTorch ``SpecViolationError`` names the operator there).
+    """
+    lines = [line.strip() for line in _ANSI.sub("", outcome.get("error") or "").splitlines() if line.strip()]
+    first, kind = (lines[0] if lines else str(outcome.get("status") or "")), outcome.get("error_type")
+    return (f"{kind}: {first}" if kind and not first.startswith(kind) else first)[:limit]
 
 
 def _mode(outcome: dict[str, Any]) -> str:

@@ -29,6 +29,7 @@ from bot.verdict import (
     Verdict,
     error_excerpt,
     evidence_of,
+    first_error_line,
     next_superseders,
     proves_takeover,
     unproven_pass,
@@ -515,3 +516,13 @@ NEXT_ROWS = [
                          ids=[r[0] for r in NEXT_ROWS])  # fmt: skip
 def test_next_superseders_table(fired, tried, preferred, expected):
     assert next_superseders(fired, tried, preferred) == expected
+
+
+def test_first_error_line_keeps_the_type_and_the_first_line_of_the_message():
+    """What a superseded verdict quotes of its failing probe: ExecuTorch's SpecViolationError names the operator
+    on its message's first line (evidence2)."""
+    coloured = {"error_type": "SpecViolationError", "error": "\x1b[31mOperator x is not in Core ATen\x1b[0m\nmore"}
+    assert first_error_line(coloured) == "SpecViolationError: Operator x is not in Core ATen"
+    assert first_error_line({"error": "ValueError: bad\nTraceback"}) == "ValueError: bad"
+    assert first_error_line({"error_type": "ValueError", "error": "ValueError: bad"}) == "ValueError: bad"
+    assert first_error_line({"status": "timeout", "error": None}) == "timeout"
