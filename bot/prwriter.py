@@ -198,7 +198,7 @@ def proposal_from_report(row: Mapping[str, Any], report: Mapping[str, Any]) -> P
         superseded_by=tuple(row.get("superseded_by") or ()),
         takeover=tuple(
             {"model": t.get("model"), "mode": t.get("mode"), "without": list(t.get("without") or ()),
-             "status": t.get("status"), "error": first_error_line(t)}
+             "status": t.get("status"), "error": t.get("failure_line") or first_error_line(t)}
             for t in row.get("supersession") or () if t.get("proves")
         ),
         exports=exports,
