@@ -19,7 +19,7 @@ EXAMPLES: dict[str, list[str]] = {
     ],
     "audit": [
         "exportbot audit --tracker registry/upstream-snapshot.json",
-        "exportbot audit --entry gemma3-vision-mask-vmap-decompose --all --json -",
+        "exportbot audit --entry led-global-attention-data-dependent --all --json -",
         "exportbot audit --workarounds --entry _fix_rsub_scalar --markdown audit.md",
     ],
     "sweep run": [

@@ -36,7 +36,7 @@ import tomlkit
 from bot.pins import BACKEND_STACK, normalize_name, stack_of
 from bot.rerun import scope_modes
 from bot.runner import PASS
-from bot.verdict import NOT_DUE, REMOVAL_VERDICTS, UNKNOWN, error_excerpt
+from bot.verdict import NOT_DUE, REMOVAL_VERDICTS, UNKNOWN, first_error_line
 from bot.workaround_removal import NotSelfContained, remove_workaround_text
 from exporters.ledger import SCOPES, Ledger, LedgerEntry, load_ledger, remove_entry
 
@@ -198,7 +198,7 @@ def proposal_from_report(row: Mapping[str, Any], report: Mapping[str, Any]) -> P
         superseded_by=tuple(row.get("superseded_by") or ()),
         takeover=tuple(
             {"model": t.get("model"), "mode": t.get("mode"), "without": list(t.get("without") or ()),
-             "status": t.get("status"), "error": error_excerpt(t)}
+             "status": t.get("status"), "error": t.get("failure_line") or first_error_line(t)}
             for t in row.get("supersession") or () if t.get("proves")
         ),
         exports=exports,

@@ -286,13 +286,14 @@ def verdict(
         return Verdict(entry.id, HUMAN, [f"{passed}, but upstream {state_word}: a human decides"], evidence)
     if entry.kind == ENTRY and not (moved and plan.last_verdict in FAILED_BEFORE):
         proofs, missing = _takeover(entry, plan, outcomes, probes)
-        tried = [evidence_of(p) | {"without": list(p.get("workarounds_disabled") or ()),
-                                   "proves": any(p is q for q in proofs.values())} for p in probes]  # fmt: skip
+        proving = [id(q) for q in proofs.values()]
+        tried = [evidence_of(p) | {"without": list(p.get("workarounds_disabled") or ()), "proves": id(p) in proving}
+                 | ({"failure_line": failure_line(entry, p)} if id(p) in proving else {}) for p in probes]  # fmt: skip
         if proofs and not missing:
             names = tuple(sorted({n for p in proofs.values() for n in p["workarounds_disabled"]}))
             shown = "; ".join(
                 f"{model} ({'dynamic' if dynamic else 'static'}): with --without "
-                f"{' --without '.join(p['workarounds_disabled'])} it fails as recorded: {error_excerpt(p)}"
+                f"{' --without '.join(p['workarounds_disabled'])} it fails as recorded: {failure_line(entry, p)}"
                 for (model, _, dynamic), p in proofs.items()
             )
             return Verdict(
@@ -360,6 +361,29 @@ def error_excerpt(outcome: dict[str, Any], limit: int = 300) -> str:
     lines = [line.strip() for line in _ANSI.sub("", _error_text(outcome)).splitlines() if line.strip()]
     named = [line for line in lines if _EXCEPTION_LINE.match(line)]
     return (named[-1] if named else lines[0] if lines else "")[:limit]
+
+
+def failure_line(subject: Subject, outcome: dict[str, Any], limit: int = 300) -> str:
+    """The line of a failing run's error where the entry's ``failure`` matches (ANSI colours removed), else
+    :func:`first_error_line`: the recorded failure itself, not torch.onnx's paragraph of advice around it."""
+    text = _ANSI.sub("", _error_text(outcome))
+    found = re.search(subject.failure, text) if subject.failure else None
+    if found is None:
+        return first_error_line(outcome, limit)
+    start = text.rfind("\n", 0, found.start()) + 1
+    end = text.find("\n", found.start())
+    return text[start : end if end != -1 else len(text)].strip()[:limit]
+
+
+def first_error_line(outcome: dict[str, Any], limit: int = 300) -> str:
+    """``Type: first line of the message`` (ANSI colours removed): what a failing probe shows a reviewer.
+
+    Unlike :func:`error_excerpt`, which looks for torch.onnx's summary line, this keeps the message's own
+    start (an ExecuTorch ``SpecViolationError`` names the operator there).
+    """
+    lines = [line.strip() for line in _ANSI.sub("", outcome.get("error") or "").splitlines() if line.strip()]
+    first, kind = (lines[0] if lines else str(outcome.get("status") or "")), outcome.get("error_type")
+    return (f"{kind}: {first}" if kind and not first.startswith(kind) else first)[:limit]
 
 
 def _mode(outcome: dict[str, Any]) -> str:

@@ -123,7 +123,8 @@ def test_candidate_refuses_recording_or_publishing_and_bad_specs(tmp_path):
 
 @pytest.mark.slow
 def test_candidate_audit_in_a_real_isolated_environment(tmp_path):
-    """A real environment with onnxscript 0.7.1 layered on the pinned one; the ledger's ONNX entry is
+    """A real environment with onnxscript 0.7.1 layered on the pinned one; an ONNX ledger entry (the project's
+    ledger has none left since Gemma 3's vmap entry was superseded: the real-release ledger's Dinov2 one) is
     re-run there and one export that passes at the pins is checked for a regression.
     About 1 to 2 minutes: the layered install takes seconds, each export 5 to 30 s."""
     from bot.pins import read_pins
@@ -139,7 +140,8 @@ def test_candidate_audit_in_a_real_isolated_environment(tmp_path):
     out = tmp_path / "audit.json"
     result = CliRunner().invoke(audit_command, [
         "--tracker", str(REPO_ROOT / "registry" / "upstream-snapshot.json"),
-        "--candidate", "onnxscript==0.7.1", "--entry", "gemma3-vision-mask-vmap-decompose", "--runs", "1",
+        "--registry", str(REPO_ROOT / "tests" / "real_releases" / "registry"),
+        "--candidate", "onnxscript==0.7.1", "--entry", "dinov2-registers-antialias-resize-onnx", "--runs", "1",
         "--cache-dir", str(tmp_path / "venvs"), "--regression-results", str(results),
         "--regression-sample", "1", "--timeout", "600", "--json", str(out),
     ])  # fmt: skip
@@ -150,7 +152,7 @@ def test_candidate_audit_in_a_real_isolated_environment(tmp_path):
     assert (row["model"], row["mode"], row["ran_with"], row["result"]) == ("BertModel", "static", "0.7.1", HOLDS)
     assert row["why"] == ["fastest"] and row["repro"] is None
     # every ledger reproducer on the ONNX stack was considered: the EXPORT_SKIPS ones only run where skipped
-    assert any("gemma3-vision-mask-vmap-decompose" in line for line in check["left_out"])
+    assert any("dinov2-registers-antialias-resize-onnx" in line for line in check["left_out"])
     [entry] = report["entries"]
     assert entry["due"] and "candidate onnxscript==0.7.1" in entry["due_reasons"]
     assert entry["moved_pins"] == {"onnxscript": ["0.7.2", "0.7.1"]}

@@ -57,6 +57,7 @@ MOVES = [
     Move("afmoe-experts-tolist-loop", "transformers", "5.3.0", "5.4.0", "removable"),  # bisect-afmoe.json
     Move("dinov2-registers-antialias-resize-onnx", "onnxscript", "0.6.0", "0.7.0", "still-needed"),
     Move("xnnpack-prelu-rank3-channels-last-pass", "executorch", "1.4.0", "1.5.1", "still-needed"),
+    Move("xnnpack-prelu-slope-freed-after-load", "executorch", "1.4.0", "1.5.1", "removable"),  # executorch#21480
 ]
 
 

@@ -29,6 +29,8 @@ from bot.verdict import (
     Verdict,
     error_excerpt,
     evidence_of,
+    failure_line,
+    first_error_line,
     next_superseders,
     proves_takeover,
     unproven_pass,
@@ -473,7 +475,7 @@ def test_superseded_verdict_table(subject, upstream, recorded, outcomes, probes,
     assert result.evidence == [evidence_of(o) for o in outcomes]  # the probes are not re-runs of the entry's evidence
     # Where probes were read (superseded or not-reproduced), every one tried is kept, with what it disabled.
     kept = probes if expected in (SUPERSEDED, NOT_REPRODUCED) else []
-    assert [{k: v for k, v in p.items() if k != "proves"} for p in result.supersession] == [
+    assert [{k: v for k, v in p.items() if k not in ("proves", "failure_line")} for p in result.supersession] == [
         evidence_of(p) | {"without": list(p["workarounds_disabled"])} for p in kept]  # fmt: skip
 
 
@@ -482,6 +484,7 @@ def test_superseded_evidence_marks_the_proving_probe_and_keeps_the_tried_ones():
     result = verdict(FLINT, plan, state("open"), [TAKEN_OVER], [OTHER_OP, PROVES])
     assert [(p["without"], p["proves"], p["status"]) for p in result.supersession] == [
         (["_batched_mm"], False, "failed"), (["_batched_mm", "_histc"], True, "failed")]  # fmt: skip
+    assert [p.get("failure_line") for p in result.supersession] == [None, HISTC_ERROR]  # quoted for the proof only
     assert result.evidence[0]["workarounds_fired"] == ["_batched_mm", "_strided"]
     assert SUPERSEDED in REMOVAL_VERDICTS and SUPERSEDED in RERUN_VERDICTS and SUPERSEDED not in NEEDS_HUMAN
 
@@ -515,3 +518,27 @@ NEXT_ROWS = [
                          ids=[r[0] for r in NEXT_ROWS])  # fmt: skip
 def test_next_superseders_table(fired, tried, preferred, expected):
     assert next_superseders(fired, tried, preferred) == expected
+
+
+def test_first_error_line_keeps_the_type_and_the_first_line_of_the_message():
+    """What a superseded verdict quotes of its failing probe: ExecuTorch's SpecViolationError names the operator
+    on its message's first line (evidence2)."""
+    coloured = {"error_type": "SpecViolationError", "error": "\x1b[31mOperator x is not in Core ATen\x1b[0m\nmore"}
+    assert first_error_line(coloured) == "SpecViolationError: Operator x is not in Core ATen"
+    assert first_error_line({"error": "ValueError: bad\nTraceback"}) == "ValueError: bad"
+    assert first_error_line({"error_type": "ValueError", "error": "ValueError: bad"}) == "ValueError: bad"
+    assert first_error_line({"status": "timeout", "error": None}) == "timeout"
+
+
+def test_failure_line_quotes_where_the_recorded_failure_matches():
+    """torch.onnx wraps the vmap error in advice; the superseded verdict quotes the line the entry's regex
+    matches, and the PR shows it (evidence2)."""
+    vmap = Subject("g", ENTRY, "onnx", (Export("Gemma3Model", "onnx", False),), STACK, URL, "torch",
+                   r"Either your tensor may have escaped.*gen_vmap_plumbing", "EXPORT_SKIPS")  # fmt: skip
+    error = ("Failed to decompose the FX graph for ONNX compatibility. \x1b[96mThis is step 2/3\x1b[0m\n- advice\n"
+             "<class 'RuntimeError'>: Either your tensor may have escaped from inside a function being vmapped (gen_vmap_plumbing)\n"
+             "(Refer to the full stack trace)")  # fmt: skip
+    outcome = {"status": "failed", "error_type": "ConversionError", "error": error}
+    assert failure_line(vmap, outcome) == (
+        "<class 'RuntimeError'>: Either your tensor may have escaped from inside a function being vmapped (gen_vmap_plumbing)")
+    assert failure_line(vmap, {"status": "failed", "error": "other\nlines"}) == "other"  # no match: the first line
