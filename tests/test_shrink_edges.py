@@ -607,7 +607,7 @@ def test_audit_json_carries_the_identity_and_exportbot_pr_accepts_it(tmp_path: P
     out = tmp_path / "audit.json"
     for args, selection in (([], "complete"), (["--entry", "bart-gather-fold"], ["bart-gather-fold"])):
         if args:  # --entry forces a re-run: stand in for the audit itself (no export in this test)
-            monkeypatch.setattr("bot.audit.run_audit", lambda *_, **__: AuditReport([], dict(PINS), "aee41f0ad3ec", 1))
+            monkeypatch.setattr("bot.audit_command.run_audit", lambda *_, **__: AuditReport([], dict(PINS), "aee41f0ad3ec", 1))
         result = CliRunner().invoke(audit_command, ["--registry", str(root / "registry"), "--tracker", str(snapshot),
                                                     "--json", str(out), *args])  # fmt: skip
         assert result.exit_code in (0, 3), result.output
