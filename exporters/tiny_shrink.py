@@ -1,0 +1,480 @@
+"""Shrinking a transformers config to a tiny one: the sizes, and the field rules applied to every sub-config.
+
+Split out of ``exporters.tiny`` (which re-exports the public names): the rules are data (the tables below)
+and the functions that apply them, recursively in nested sub-configs; nothing here builds a model.
+Also home of the sizes every tiny model and sample share (``BATCH``, ``SEQUENCE``, ``HIDDEN``, ...).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+import torch
+
+BATCH = 2
+SEQUENCE = 8
+HIDDEN = 32
+HEADS = 4
+KV_HEADS = 2
+LAYERS = 2
+INTERMEDIATE = 64
+VOCAB = 256
+IMAGE = 32
+PATCH = 8
+AUDIO_SAMPLES = 1600
+CHOICES = 2  # multiple-choice heads: candidate answers per example
+
+# ── Config shrinking rules: field name → new value (callables receive the old value) ──
+HEAD_DIM = HIDDEN // HEADS
+EXPERTS = 4
+_HIDDEN_FIELDS = (
+    "hidden_size", "d_model", "n_embd", "dim", "word_embed_proj_dim", "projection_dim", "projection_size",
+    "proj_dim", "vision_embed_dim", "text_embed_dim", "d_latents",
+)
+_HEAD_FIELDS = (
+    "num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads",
+    "index_n_heads", "num_self_attention_heads", "num_cross_attention_heads",
+)
+_LAYER_FIELDS = (
+    "num_hidden_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers", "num_layers",
+    "num_decoder_layers", "num_self_attends_per_block",
+)
+_INTERMEDIATE_FIELDS = (
+    "intermediate_size", "hidden_dim", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff",
+    "moe_intermediate_size", "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
+)
+_LIST_WIDTH_FIELDS = ("hidden_sizes", "conv_dim", "embed_dims", "neck_hidden_sizes")
+_LIST_DEPTH_FIELDS = ("depths",)
+_ONE_FIELDS = ("layer_scale_init_value", "layerscale_value")  # keep outputs of order one
+# Mixture of experts: few experts, few per token, one group.
+_EXPERT_FIELDS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
+_TOPK_FIELDS = ("num_experts_per_tok", "moe_topk", "top_k", "num_experts_per_token", "moe_k")
+# Low-rank projections (multi-head latent attention).
+_RANK_FIELDS = {"kv_lora_rank": 2 * HEAD_DIM, "q_lora_rank": 4 * HEAD_DIM}
+# Sizes some configs leave ``None`` although their model needs them (and does not derive them).
+_NONE_FILL = {
+    "head_dim": HEAD_DIM, "vocab_size": VOCAB, "n_routed_experts": EXPERTS, "num_experts_per_tok": 2,
+    "n_shared_experts": 1, "pad_token_id": 1,
+    # Left for the checkpoint to set although every layer builds with them (DiffusionGemma's router, Hiera's decoder).
+    "num_experts": EXPERTS, "top_k_experts": 2, "moe_intermediate_size": INTERMEDIATE, "decoder_hidden_size": HIDDEN,
+    "decoder_depth": 1, "decoder_num_heads": HEADS,
+    "prediction_length": 4,  # time-series forecasters (the context length defaults to it)
+}
+_FIXED: dict[str, Any] = {
+    "max_position_embeddings": lambda old: min(old, 128) if isinstance(old, int) else old,
+    "max_source_positions": lambda old: min(old, 16) if isinstance(old, int) else old,
+    "max_target_positions": lambda old: min(old, 64) if isinstance(old, int) else old,
+    "vocab_size": lambda old: min(old, VOCAB) if isinstance(old, int) else old,
+    "num_labels": lambda old: 3,
+    "num_mel_bins": lambda old: 16 if isinstance(old, int) else old,
+    "initializer_range": lambda old: 0.1 if isinstance(old, float) else old,
+    "n_group": lambda old: 1 if isinstance(old, int) else old,
+    "topk_group": lambda old: 1 if isinstance(old, int) else old,
+    "n_shared_experts": lambda old: min(old, 1) if isinstance(old, int) else old,
+    "num_latents": lambda old: min(old, 16) if isinstance(old, int) else old,  # Perceiver latent array
+    # Detection queries pick the top-k of the encoder's anchors, of which a 32-pixel image has a few dozen.
+    "num_queries": lambda old: min(old, 10) if isinstance(old, int) else old,
+    "context_length": lambda old: min(old, 32) if isinstance(old, int) else old,  # time series (TimesFm: 16,384)
+}
+MAX_LAYERS = 8  # hybrid stacks keep the shortest prefix holding every layer kind, up to this many layers
+
+class TinyModelError(ValueError):
+    """The class cannot be built as a tiny model (unknown name, or inputs it needs that we cannot make)."""
+
+
+def model_class(name: str) -> type:
+    import transformers
+
+    cls = getattr(transformers, name, None)
+    if cls is None or not inspect.isclass(cls) or not hasattr(cls, "config_class"):
+        raise TinyModelError(f"{name!r} is not a transformers model class")
+    return cls
+
+
+def _sub_configs(config: Any) -> list[Any]:
+    from transformers import PretrainedConfig
+
+    found = []
+    for value in vars(config).values():
+        if isinstance(value, PretrainedConfig):
+            found.append(value)
+    return found
+
+
+def shrink_config(config: Any, keep_stage_widths: bool = False) -> Any:
+    """Shrink the generic size fields of ``config`` and of every nested sub-config, consistently.
+
+    The fields are first shrunk in place; the config is then rebuilt from its constructor so that the
+    values its ``__post_init__`` derives from them (head dims, per-layer type lists, projection sizes)
+    follow the new sizes instead of keeping the full-size ones. ``keep_stage_widths`` leaves per-stage width
+    lists (``hidden_sizes``, ...) at their defaults, for models whose other channel fields must match them.
+    """
+    import copy
+
+    for name, sub in _sub_configs(config):
+        old_sizes = (vars(sub).get("patch_size"), _width(sub))
+        setattr(config, name, shrink_config(sub, keep_stage_widths))
+        _follow_sub_config(config, old_sizes, getattr(config, name))
+    before = {k: v for k, v in vars(config).items() if not isinstance(v, torch.nn.Module)}
+    before = copy.deepcopy({k: v for k, v in before.items() if k not in dict(_sub_configs(config))})
+    per_layer = _per_layer_overrides(config)
+    _shrink_fields(config, keep_stage_widths)
+    if per_layer is not None:  # heterogeneous configs: every layer's overrides are shrunk by the same rules
+        layers = next((vars(config)[f] for f in _LAYER_FIELDS if isinstance(vars(config).get(f), int)), 0)
+        per_layer = {i: _shrunk_overrides(o) for i, o in per_layer.items() if i < layers}
+    return _fill_missing(_rebuild(config, before, per_layer))
+
+
+def _follow_sub_config(config: Any, old_sizes: tuple[Any, int], sub: Any) -> None:
+    """A parent's copies of its sub-config's sizes follow the shrunk sub-config: the ``patch_size`` it reshapes
+    the backbone's tokens by, the ``*_hidden_size`` channels it reads from it (DepthAnything's
+    ``reassemble_hidden_size``), when they equal the sub-config's full-size values."""
+    old_patch, old_width = old_sizes
+    fields = vars(config)
+    if fields.get("patch_size") == old_patch != vars(sub).get("patch_size"):
+        config.patch_size = vars(sub)["patch_size"]
+    for name in list(fields):
+        if name.endswith("hidden_size") and name not in _HIDDEN_FIELDS and fields[name] == old_width != _width(sub):
+            setattr(config, name, _width(sub))
+
+
+def _fill_missing(config: Any) -> Any:
+    """Fields some configs lack although their model reads them (MoonshineStreaming's decoder attention reads
+    ``num_key_value_heads``): set after the rebuild, which keeps declared fields only."""
+    fields = vars(config)
+    if "num_key_value_heads" not in fields and isinstance(fields.get("num_attention_heads"), int):
+        config.num_key_value_heads = fields["num_attention_heads"]  # one key per head: plain multi-head attention
+    return config
+
+
+def _per_layer_overrides(config: Any) -> dict[int, dict[str, Any]] | None:
+    """Every layer's explicit per-layer attributes, for configs with a ``per_layer_config`` (heterogeneous)."""
+    if vars(config).get("_heterogeneity_spec") is None:
+        return None
+    from transformers.integrations.heterogeneity.configuration_utils import _get_explicit_per_layer_overrides
+
+    return _get_explicit_per_layer_overrides(config)
+
+
+def _shrunk_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    from types import SimpleNamespace
+
+    layer = SimpleNamespace(**overrides)
+    _shrink_fields(layer)
+    return vars(layer)
+
+
+def _ints(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, int) for v in value)
+
+
+def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
+    fields = vars(config)
+    old_layers = next((fields[f] for f in _LAYER_FIELDS if isinstance(fields.get(f), int)), None)
+    old_hidden = next((fields[f] for f in _HIDDEN_FIELDS if isinstance(fields.get(f), int)), None)
+    multi_head_latent = isinstance(fields.get("kv_lora_rank"), int)
+    mla_parts = [fields.get(f) for f in ("qk_nope_head_dim", "qk_rope_head_dim")]
+    mla_sums = {n for n in ("qk_head_dim", "head_dim") if _ints(mla_parts) and fields.get(n) == sum(mla_parts)}
+    for name, value in _NONE_FILL.items():
+        if name in fields and fields[name] is None:
+            setattr(config, name, value)
+    for name in _HIDDEN_FIELDS:
+        if isinstance(fields.get(name), int) and fields[name] > HIDDEN:
+            setattr(config, name, HIDDEN)
+    width = next((fields[f] for f in _HIDDEN_FIELDS if isinstance(fields.get(f), int)), None)
+    if old_hidden and width and fields.get("embedding_size") == old_hidden:  # tied to the width (SqueezeBert)
+        config.embedding_size = width
+    elif width and isinstance(fields.get("embedding_size"), int) and fields["embedding_size"] > width:
+        config.embedding_size = width // 2  # a narrower embedding projected up (MobileBert: hidden - embedding)
+    axial = fields.get("axial_pos_embds_dim")
+    if _ints(axial) and old_hidden and sum(axial) == old_hidden and width:  # Reformer: the parts sum to the width
+        config.axial_pos_embds_dim = type(axial)([width // 2, width - width // 2])
+    per_stage_heads = any(_ints(fields.get(f)) for f in _HEAD_FIELDS)
+    if isinstance(fields.get("embed_dim"), int):
+        if per_stage_heads:  # hierarchical (Swin-like): stage widths embed_dim * 2**i must divide by heads
+            heads = max(max(fields[f]) for f in _HEAD_FIELDS if _ints(fields.get(f)))
+            config.embed_dim = -(-max(fields["embed_dim"] // 8, heads) // heads) * heads  # a multiple (Swin2SR: 6)
+        elif fields["embed_dim"] > HIDDEN:
+            config.embed_dim = HIDDEN
+    for name in _HEAD_FIELDS:
+        if isinstance(fields.get(name), int) and fields[name] > HEADS:
+            setattr(config, name, HEADS)
+    if isinstance(fields.get("num_key_value_heads"), int):
+        heads = next((fields[f] for f in _HEAD_FIELDS if isinstance(fields.get(f), int)), HEADS)
+        # Multi-head latent attention expands its latents to one key per query head: no grouping there.
+        config.num_key_value_heads = heads if multi_head_latent else min(KV_HEADS, heads)
+    elif "num_key_value_heads" in fields and fields["num_key_value_heads"] is None:  # None: one per query head
+        config.num_key_value_heads = next((fields[f] for f in _HEAD_FIELDS if isinstance(fields.get(f), int)), HEADS)
+    if isinstance(fields.get("coordinate_size"), int) and isinstance(fields.get("shape_size"), int):
+        config.coordinate_size, config.shape_size = HIDDEN // 8, HIDDEN // 4  # 4 * coordinate + 2 * shape = hidden
+    if isinstance(fields.get("d_kv"), int):
+        config.d_kv = HEAD_DIM
+    for name in list(fields):  # head_dim, qk_rope_head_dim, v_head_dim, index_head_dim, ...
+        if name.endswith("head_dim") and isinstance(fields[name], int) and fields[name] > HEAD_DIM:
+            setattr(config, name, HEAD_DIM)
+    for name in ("qk_head_dim", "head_dim"):  # MLA: a query/key head made of its nope and rope parts stays so
+        if name in mla_sums:
+            setattr(config, name, fields["qk_nope_head_dim"] + fields["qk_rope_head_dim"])
+    if isinstance(fields.get("rotary_dim"), int):
+        config.rotary_dim = min(fields["rotary_dim"], HEAD_DIM)
+    for name, rank in _RANK_FIELDS.items():
+        if isinstance(fields.get(name), int) and fields[name] > rank:
+            setattr(config, name, rank)
+    routed = any(isinstance(fields.get(f), int) for f in _TOPK_FIELDS)
+    for name in _EXPERT_FIELDS:
+        if isinstance(fields.get(name), int) and fields[name] > EXPERTS:
+            setattr(config, name, EXPERTS)
+        elif routed and fields.get(name) == 1:  # a one-expert default (HunYuan MoE V1) never routes: use two
+            setattr(config, name, 2)
+    for name in _TOPK_FIELDS:
+        if isinstance(fields.get(name), int) and fields[name] > 2:
+            setattr(config, name, 2)
+    for name in _LAYER_FIELDS:
+        if isinstance(fields.get(name), int) and fields[name] > LAYERS:
+            setattr(config, name, LAYERS)
+    for name in _INTERMEDIATE_FIELDS:
+        if isinstance(fields.get(name), int) and fields[name] > INTERMEDIATE:
+            setattr(config, name, INTERMEDIATE)
+        elif _ints(fields.get(name)):  # one width per modality (Ernie 4.5 VL: text and vision experts)
+            setattr(config, name, type(fields[name])(min(v, INTERMEDIATE) for v in fields[name]))
+    for name in list(fields):  # depthwise convolutions (``upsample_groups``: one group per hidden channel)
+        if name.endswith("groups") and isinstance(fields[name], int) and old_hidden and fields[name] == old_hidden:
+            setattr(config, name, getattr(config, next(f for f in _HIDDEN_FIELDS if isinstance(fields.get(f), int))))
+    stage_heads = next((fields[f] for f in _HEAD_FIELDS if _ints(fields.get(f))), None)
+    for name in () if keep_stage_widths else _LIST_WIDTH_FIELDS:  # per-stage widths: multiples of 8 (heads, groups)
+        if _ints(fields.get(name)):
+            old_first = fields[name][0]
+            widths = [max(8, -(-v // 64) * 8) for v in fields[name]]
+            if stage_heads is not None and len(stage_heads) == len(widths):  # and of each stage's heads (GLPN: 5)
+                widths = [-(-w // math.lcm(8, h)) * math.lcm(8, h) for w, h in zip(widths, stage_heads, strict=True)]
+            setattr(config, name, widths)  # a list: models prepend to it (ConvNext's backbone), tuples refuse
+            if fields.get("stem_out_channels") == old_first:  # the stem feeds the first stage (TextNet)
+                config.stem_out_channels = fields[name][0]
+    shrink = fields.get("channel_shrink_ratio")
+    if isinstance(shrink, int) and width:  # LiLT: six box embeddings of hidden // 6 and a layout stream of
+        step = math.lcm(6, shrink * fields.get("num_attention_heads", HEADS))  # hidden // ratio, split in heads
+        for name in _HIDDEN_FIELDS:
+            if isinstance(fields.get(name), int):
+                setattr(config, name, -(-fields[name] // step) * step)
+    if isinstance(fields.get("dim_bbox"), int):  # Bros: hidden // 4 // dim_bbox sinusoid dims, at least 2
+        for name in _HIDDEN_FIELDS:
+            if isinstance(fields.get(name), int):
+                setattr(config, name, max(fields[name], 8 * fields["dim_bbox"]))
+    for name in _LIST_DEPTH_FIELDS:
+        if isinstance(fields.get(name), (list, tuple)):
+            setattr(config, name, type(fields[name])(1 for _ in fields[name]))
+    for name in _ONE_FIELDS:
+        if isinstance(fields.get(name), float):
+            setattr(config, name, 1.0)
+    old_positions = fields.get("max_position_embeddings")
+    for name, rule in _FIXED.items():
+        if name in fields:
+            setattr(config, name, rule(fields[name]))
+    shape = fields.get("axial_pos_shape")
+    if _ints(shape) and len(shape) == 2 and math.prod(shape) == old_positions != fields["max_position_embeddings"]:
+        side = 2 ** (int(math.log2(fields["max_position_embeddings"])) // 2)  # Reformer: the factors multiply to it
+        config.axial_pos_shape = type(shape)([side, fields["max_position_embeddings"] // side])
+    _truncate_per_layer_lists(config, old_layers)
+    _shrink_out_indices(config, old_layers)
+    _fit_ssm_heads(config)
+    _shrink_rope_sections(config)
+    _shrink_images(config)
+    _clamp_token_ids(config)
+
+
+def _sub_configs(config: Any) -> list[tuple[str, Any]]:
+    from transformers import PretrainedConfig
+
+    return [(name, value) for name, value in vars(config).items() if isinstance(value, PretrainedConfig)]
+
+
+# Kept through the rebuild when a parent model chose the backbone's stages (a default instance derives them).
+_KEPT = ("_out_features", "_out_indices")
+
+
+def _rebuild(config: Any, before: dict[str, Any], per_layer: dict[int, dict[str, Any]] | None = None) -> Any:
+    """``type(config)(**fields)``: re-run ``__post_init__`` on the shrunk primary fields.
+
+    Fields that ``__post_init__`` derives (their value in a default instance differs from the field's
+    declared default) and that shrinking left alone are left out so that they are derived again. Falls back to the in-place config when
+    the constructor rejects the combination.
+    """
+    import dataclasses
+
+    cls = type(config)
+    if not dataclasses.is_dataclass(cls):
+        return config
+    try:
+        fresh = vars(cls())
+    except Exception:  # a config without usable defaults: keep the in-place one
+        return config
+    subs = dict(_sub_configs(config))
+    kwargs = {}
+    for field in dataclasses.fields(cls):
+        if not field.init or field.name not in vars(config):
+            continue
+        if field.default is not dataclasses.MISSING:
+            declared = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            declared = field.default_factory()
+        else:
+            declared = dataclasses.MISSING
+        derived = declared is not dataclasses.MISSING and _differs(fresh.get(field.name, declared), declared)
+        value = vars(config)[field.name]  # not getattr: per-layer attributes refuse global reads
+        if field.name in _KEPT:  # chosen by a parent (not a default's); the constructor takes them without "_"
+            if _differs(fresh.get(field.name), value):
+                kwargs[field.name.lstrip("_")] = value
+        elif not derived or field.name in subs or (field.name in before and _differs(before[field.name], value)):
+            kwargs[field.name] = value
+    if per_layer is not None:
+        kwargs["per_layer_config"] = per_layer
+    try:
+        rebuilt = cls(**kwargs)
+    except Exception:
+        return config
+    for name, sub in subs.items():  # sub-configs stay as shrunk, whatever the parent's post-init made of them
+        if getattr(rebuilt, name, None) is not sub and name not in kwargs:
+            setattr(rebuilt, name, sub)
+    return rebuilt
+
+
+def _differs(first: Any, second: Any) -> bool:
+    try:
+        return bool(first != second)
+    except Exception:  # tensors, odd objects
+        return True
+
+
+def _truncate_per_layer_lists(config: Any, old_layers: int | None) -> None:
+    """Lists with one item per layer (``layer_types``) follow the new layer count.
+
+    Hybrid stacks (linear and full attention, sliding and global) keep the shortest prefix that still holds
+    every kind of layer, so a tiny model has at least one layer of each kind.
+    """
+    if not old_layers or old_layers <= LAYERS:
+        return
+    lists = {n: v for n, v in vars(config).items() if isinstance(v, list) and len(v) == old_layers}
+    layers = LAYERS
+    for value in lists.values():
+        try:
+            kinds = list(dict.fromkeys(value))
+        except TypeError:  # unhashable items
+            continue
+        if len(kinds) <= MAX_LAYERS:
+            layers = max(layers, max(value.index(kind) for kind in kinds) + 1)
+    layers = min(layers, MAX_LAYERS)
+    for name in _LAYER_FIELDS:
+        if isinstance(vars(config).get(name), int):
+            setattr(config, name, layers)
+    for name, value in lists.items():
+        setattr(config, name, value[:layers])
+
+
+def _fit_ssm_heads(config: Any) -> None:
+    """Mamba-2 splits its ``expand * hidden_size`` inner channels into ``num_heads`` heads of ``head_dim``: after
+    shrinking, the head dim follows (the full-size product of 128 heads of 64 is the inner width of 4,096 x 2),
+    and the B/C groups ``n_groups`` must still divide the heads."""
+    fields = vars(config)
+    expand, heads, width = fields.get("expand"), fields.get("num_heads"), _width(config)
+    if not (isinstance(expand, int) and isinstance(heads, int) and isinstance(fields.get("head_dim"), int)):
+        return
+    config.head_dim = expand * width // heads
+    if isinstance(fields.get("n_groups"), int) and heads % fields["n_groups"]:
+        config.n_groups = math.gcd(heads, fields["n_groups"])
+
+
+def _shrink_out_indices(config: Any, old_layers: int | None) -> None:
+    """Backbone outputs chosen among the full-size layers (``out_indices`` 9..12 of 12, DPT's
+    ``backbone_out_indices``) are picked again among the tiny ones, as many as before (a DPT neck takes one
+    feature map per neck stage), spread the same way; the layer count grows to that many if it must."""
+    fields = vars(config)
+    layers = next((fields[f] for f in _LAYER_FIELDS if isinstance(fields.get(f), int)), None)
+    if not old_layers or not layers or old_layers <= layers or isinstance(fields.get("depths"), (list, tuple)):
+        return  # (hierarchical backbones number their stages by ``depths``, not by layers)
+    for name, first in (("_out_indices", 1), ("backbone_out_indices", 0)):  # stage numbers / layer indices
+        indices = fields.get(name)
+        if not _ints(indices) or max(indices) < layers + first:
+            continue
+        if len(indices) > layers:
+            layers = len(indices)
+            for field in _LAYER_FIELDS:
+                if isinstance(fields.get(field), int):
+                    setattr(config, field, layers)
+        picked = sorted({max(first, min(layers - 1 + first, round(i * layers / old_layers))) for i in indices})
+        if len(picked) < len(indices):  # rounding merged some: the last ones, as deep layers are the usual pick
+            picked = list(range(layers - len(indices) + first, layers + first))
+        setattr(config, name, type(indices)(picked))
+        if name == "_out_indices":
+            config.stage_names = ["stem", *(f"stage{i}" for i in range(1, layers + 1))]
+            config._out_features = [config.stage_names[i] for i in picked]
+
+
+_MROPE_DEFAULT = [16, 24, 24]  # the (t, h, w) split most multimodal-RoPE models fall back to
+
+
+def _shrink_rope_sections(config: Any) -> None:
+    """Multimodal RoPE sections (``mrope_section``) must add up to half the (shrunk) rotary dimension.
+
+    Configs that declare ``mrope_section`` (``ignore_keys_at_rope_validation``) but leave it out of their
+    defaults get one: their models fall back to a full-size split hard-coded in the modeling code.
+    """
+    uses_mrope = "mrope_section" in (getattr(type(config), "ignore_keys_at_rope_validation", None) or ())
+    for value in vars(config).values():
+        if not isinstance(value, dict):
+            continue
+        if uses_mrope and "rope_theta" in value and value.get("mrope_section") is None:
+            value["mrope_section"] = list(_MROPE_DEFAULT)
+        if not _ints(value.get("mrope_section")):
+            continue
+        sections = value["mrope_section"]
+        head_dim = vars(config).get("head_dim") or HEAD_DIM
+        rotary = int(head_dim * value.get("partial_rotary_factor", vars(config).get("partial_rotary_factor", 1.0)))
+        if rotary // 2 < len(sections) and "partial_rotary_factor" in value:  # too few rotary dims for one per section
+            value["partial_rotary_factor"] = rotary_factor = 2 * len(sections) / head_dim
+            rotary = int(head_dim * rotary_factor)
+        half = max(rotary // 2, len(sections))
+        scaled = [max(1, v * half // sum(sections)) for v in sections]
+        # The remainder goes to the last section so that equal sections stay equal (Ernie pairs h with w).
+        scaled[-1] += half - sum(scaled)
+        value["mrope_section"] = type(sections)(scaled)
+
+
+def _shrink_images(config: Any) -> None:
+    fields = vars(config)
+    image = fields.get("image_size")
+    if isinstance(image, int) and image > IMAGE:
+        config.image_size = IMAGE
+        if isinstance(fields.get("patch_size"), int) and fields["patch_size"] > PATCH:
+            config.patch_size = PATCH
+    elif isinstance(image, (list, tuple)) and len(image) == 2 and image[0] > IMAGE:
+        config.image_size = type(image)([IMAGE, IMAGE])
+        if isinstance(fields.get("patch_size"), int) and fields["patch_size"] > PATCH:
+            config.patch_size = PATCH
+    stride, patch = fields.get("output_stride"), fields.get("patch_size")
+    if isinstance(stride, int) and isinstance(patch, int) and isinstance(fields.get("image_size"), int):
+        # MobileViT: the last stage (image / output_stride) must still hold one patch
+        config.image_size = max(config.image_size, stride * patch)
+    window, depths, patch = fields.get("window_size"), fields.get("depths"), fields.get("patch_size")
+    if isinstance(window, int) and isinstance(depths, (list, tuple)) and isinstance(patch, int) and "image_size" in fields:
+        # Windowed hierarchical encoders (Swin-like): every stage's resolution must be a multiple of the window,
+        # the last one equal to it, as at full size (224 / 4 / 2**3 = 7).
+        config.window_size = min(window, 2)
+        side = patch * config.window_size * 2 ** (len(depths) - 1)
+        config.image_size = side if isinstance(fields["image_size"], int) else type(fields["image_size"])([side, side])
+
+
+def _clamp_token_ids(config: Any) -> None:
+    """Special token ids must stay inside the shrunk vocabulary (and stay distinct)."""
+    vocab = vars(config).get("vocab_size")
+    if not isinstance(vocab, int):
+        return
+    for offset, name in enumerate(sorted(n for n in vars(config) if n.endswith("token_id"))):
+        value = getattr(config, name)
+        if isinstance(value, int) and value >= vocab:
+            setattr(config, name, vocab - 1 - offset)
+
+
+def _width(config: Any) -> int:
+    return next((getattr(config, f) for f in _HIDDEN_FIELDS if isinstance(getattr(config, f, None), int)), HIDDEN)
