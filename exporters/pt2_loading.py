@@ -10,7 +10,7 @@ its time redoing work whose answer it already had:
 - ``_parse_sym_expr`` re-parses every sub-expression of every symbolic shape with ``sympy.sympify`` (parse
   once, then ``str(arg)`` and parse again for each argument, recursively): 571 parses, another quarter.
 
-``load_program`` installs two registered patches (backend ``pt2-load``, only while the file loads): the
+``load_program`` installs two registered patches (backend ``dynamo.pt2-load``, only while the file loads): the
 schema conversion planned once per class (``_PlannedSchema``, 0.09 s instead of 0.55) and each expression
 parsed once per load (``_MemoSympy``). Both are exact: a class's conversion depends only
 on the class, and ``sympify(text, locals)`` only on the text and the ``locals`` entries for the names that
@@ -115,8 +115,8 @@ class _MemoSympy:
         return self._parsed[key]
 
 
-# ── The registered patches (backend "pt2-load": installed only while a .pt2 is loaded) ──
-PT2_LOAD = "pt2-load"
+# ── The registered patches (backend "dynamo.pt2-load": installed only while a .pt2 is loaded) ──
+PT2_LOAD = "dynamo.pt2-load"  # the Dynamo backend's artifact; runs on its stack (torch)
 
 
 @register_patch(PT2_LOAD, "torch._export.serde.serialize._dict_to_dataclass",
