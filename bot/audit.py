@@ -23,7 +23,7 @@ a sample of exports that pass at the pins is re-run there too (bot.candidate): t
 release would make removable and what it would break.
 
 Exit codes: 0 nothing removable and nothing needs attention (``not-due``, ``still-needed``,
-``unknown`` only); 3 some entry is removable; 4 some entry is ``changed``, ``not-reproduced`` or needs a
+``unknown`` only); 3 some entry is removable (or ``superseded``); 4 some entry is ``changed``, ``not-reproduced`` or needs a
 ``human`` (this wins over 3: a human should look before a removal is proposed from the same run); 5 the candidate
 breaks an export that passes at the pins (wins over 3 and 4); 1 errors (bad ledger, pins,
 verification file or snapshot; export harness crash; a candidate that cannot be installed); 2 bad
@@ -38,7 +38,6 @@ bot.venvs built from the pins is used). Outcomes record the versions they ran wi
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import sys
 from collections import Counter
@@ -60,6 +59,7 @@ from bot.candidate import (
 )
 from bot.environment import EnvironmentCheck
 from bot.errors import EXIT_FAILED, UsageProblem, report_errors
+from bot.json_output import emit_json, json_file_option, on_stdout
 from bot.options import (
     github_url_option,
     index_option,
@@ -74,7 +74,17 @@ from bot.plan import Plan, Subject, describe_state, entry_subject, parse_candida
 from bot.progress import CountedProgress
 from bot.regression_sample import DEFAULT_SAMPLE
 from bot.report import REPORT_SCHEMA, ReportIdentity, audit_selection, report_identity
-from bot.rerun import DEFAULT_RUNS, DEFAULT_TIMEOUT, ProbeRunner, RunExport, rerun_subject, subprocess_runner
+from bot.rerun import (
+    DEFAULT_RUNS,
+    DEFAULT_SUPERSESSION_PROBES,
+    DEFAULT_TIMEOUT,
+    ProbeRunner,
+    RunExport,
+    SupersessionRunner,
+    probe_superseders,
+    rerun_subject,
+    subprocess_runner,
+)
 from bot.tracker import (
     RateLimited,
     SnapshotError,
@@ -84,7 +94,17 @@ from bot.tracker import (
     write_snapshot,
 )
 from bot.venvs import DEFAULT_CACHE
-from bot.verdict import NEEDS_HUMAN, REMOVABLE, RERUN_VERDICTS, UNKNOWN, VERDICTS, Verdict, verdict
+from bot.verdict import (
+    NEEDS_HUMAN,
+    NOT_REPRODUCED,
+    REMOVABLE,
+    REMOVAL_VERDICTS,
+    RERUN_VERDICTS,
+    UNKNOWN,
+    VERDICTS,
+    Verdict,
+    verdict,
+)
 from bot.verification import (
     WORKAROUNDS_VERIFIED_FILE,
     Verification,
@@ -181,6 +201,8 @@ def _checked_dict(state: UpstreamState | None, plan: Plan | None, verdict_: Verd
         "verdict": verdict_.verdict,
         "reasons": list(verdict_.reasons),
         "evidence": list(verdict_.evidence),
+        "superseded_by": list(verdict_.superseded_by),
+        "supersession": list(verdict_.supersession),
     }
 
 
@@ -219,7 +241,7 @@ class AuditReport:
             return EXIT_REGRESSION
         if any(counts[name] for name in NEEDS_HUMAN):
             return EXIT_ATTENTION
-        return EXIT_REMOVABLE if counts[REMOVABLE] else EXIT_NOTHING
+        return EXIT_REMOVABLE if any(counts[name] for name in REMOVAL_VERDICTS) else EXIT_NOTHING
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -273,6 +295,8 @@ def run_audit(
     entry_runner: Callable[[str], RunExport] | None = None,
     check_environment: Callable[[Subject], Mapping[str, str]] | None = None,
     on_rerun: Callable[[str, int], None] = lambda _subject_id, _exports: None,
+    supersession_runner: SupersessionRunner | None = None,
+    supersession_probes: int = DEFAULT_SUPERSESSION_PROBES,
 ) -> AuditReport:
     """Audit the ledger, then ``workarounds`` (each with its subject, probed by ``probe_runner(name)``).
 
@@ -283,6 +307,10 @@ def run_audit(
     kills the child before it writes) take as the versions they ran with.
     ``entry_ids`` (ledger ids and workaround names) restricts the audit to those, which are then forced.
     ``on_rerun(subject_id, count)`` is told before a subject's ``count`` re-run exports start (progress).
+    ``supersession_runner(entry_id, names)`` re-runs an entry's reproducer with those workarounds disabled:
+    an entry whose every run passed with nothing moved (``not-reproduced``) gets up to
+    ``supersession_probes`` of them (bot.rerun.probe_superseders), and ``superseded`` when they prove that
+    registered workarounds took its job over.
     Never raises for a rate limit: once limited, every later entry and workaround is ``unknown``.
     """
     selected = set(entry_ids)
@@ -323,7 +351,14 @@ def run_audit(
                 o if o.get("versions") or not checked else o | {"versions": dict(checked)}
                 for o in rerun_subject(subject, runner(), runs)
             ]
-        return state, plan, verdict(subject, plan, state, outcomes)
+        result = verdict(subject, plan, state, outcomes)
+        if result.verdict == NOT_REPRODUCED and supersession_runner is not None and supersession_probes:
+            on_rerun(subject.id, supersession_probes)  # at most that many; the bar may end short of its total
+            probes = probe_superseders(
+                subject, outcomes, lambda names: supersession_runner(subject.id, names), supersession_probes
+            )
+            result = verdict(subject, plan, state, outcomes, probes)
+        return state, plan, result
 
     def entry_run(entry_id: str) -> RunExport:
         return entry_runner(entry_id) if entry_runner is not None else run_export
@@ -586,6 +621,15 @@ def _make_tracker(
     "[default backend: every one whose stack has PKG; mode: static].",
 )
 @click.option(
+    "--supersession-probes",
+    type=click.IntRange(0),
+    default=DEFAULT_SUPERSESSION_PROBES,
+    show_default=True,
+    help="Re-runs allowed per entry whose reproducer passes with nothing moved, each with workarounds that "
+    "fired in it disabled (--without), to show which registered workaround took over (verdict superseded; "
+    "0: none, such entries stay not-reproduced).",
+)
+@click.option(
     "--runs",
     type=click.IntRange(1),
     default=DEFAULT_RUNS,
@@ -599,13 +643,7 @@ def _make_tracker(
     show_default=True,
     help="Seconds before one re-run export is killed (status timeout).",
 )
-@click.option(
-    "--json",
-    "json_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write the JSON report (docs/audit-report.md) here; - prints it on stdout (tables go to stderr).",
-)
+@json_file_option("the report", "docs/audit-report.md")
 @click.option(
     "--markdown",
     "markdown_file",
@@ -636,16 +674,16 @@ def audit_command(
     registry_dir: Path | None, pin_file: Path | None, tracker_file: Path | None, github_url: str | None,
     web_host: str | None, token_env: str | None, force_all: bool, entry_ids: tuple[str, ...],
     with_workarounds: bool, index_file: Path, probes: int, candidate: str | None, cache_dir: Path | None,
-    regression_files: tuple[Path, ...], regression_sample: int, classes_file: Path | None, runs: int,
-    timeout: float,
+    regression_files: tuple[Path, ...], regression_sample: int, classes_file: Path | None,
+    supersession_probes: int, runs: int, timeout: float,
     json_file: Path | None, markdown_file: Path | None, update_verification: bool, snapshot_file: Path | None,
     open_prs: bool,
 ) -> None:  # fmt: skip
     """Check every ledger entry: upstream state, pins moved, re-run without the workaround, verdict.
 
     With --workarounds, registered workarounds too (see docs/workaround-index.md for their probes).
-    Exit 0 nothing to do, 3 some entry (or workaround) removable, 4 some changed, not-reproduced or needs a
-    human, 1 errors, 2 bad options or an interpreter without the pinned versions.
+    Exit 0 nothing to do, 3 some entry (or workaround) removable or superseded, 4 some changed,
+    not-reproduced or needs a human, 1 errors, 2 bad options or an interpreter without the pinned versions.
     """
     registry_dir = registry_dir or default_registry_dir()
     if candidate is not None:
@@ -673,6 +711,9 @@ def audit_command(
         raise UsageProblem(str(error)) from None
     run_export, probe_runner = subprocess_runner(timeout), lambda name: subprocess_runner(timeout, without=(name,))
     entry_runner = lambda entry_id: subprocess_runner(timeout, repro=entry_id, registry=registry_dir)  # noqa: E731
+    supersession_runner = lambda entry_id, names: subprocess_runner(  # noqa: E731
+        timeout, repro=entry_id, without=names, registry=registry_dir
+    )
     # The re-runs use this interpreter; with --candidate, the environment bot.venvs built from the pins.
     check_environment: EnvironmentCheck | None = EnvironmentCheck(sys.executable, pins)
     environment = None
@@ -687,6 +728,9 @@ def audit_command(
         env = environment
         run_export, probe_runner = env.runner(timeout), lambda name: env.runner(timeout, without=(name,))
         entry_runner = lambda entry_id: env.runner(timeout, repro=entry_id, registry=registry_dir)  # noqa: E731
+        supersession_runner = lambda entry_id, names: env.runner(  # noqa: E731
+            timeout, repro=entry_id, without=names, registry=registry_dir
+        )
         check_environment = None
     with CountedProgress(Console(stderr=True), "re-run") as progress:
         current = {"subject": ""}
@@ -702,7 +746,7 @@ def audit_command(
 
             return run_one
 
-        plain_probe_runner, plain_entry_runner = probe_runner, entry_runner
+        plain_probe_runner, plain_entry_runner, plain_supersession = probe_runner, entry_runner, supersession_runner
         report = run_audit(
             ledger, tracker, pins, verification, announced(run_export),
             entry_ids=entry_ids, force_all=force_all, candidate=candidate, runs=runs, workarounds=workarounds,
@@ -710,6 +754,8 @@ def audit_command(
             probe_runner=lambda name: announced(plain_probe_runner(name)),
             entry_runner=lambda entry_id: announced(plain_entry_runner(entry_id)),
             check_environment=check_environment, on_rerun=on_rerun,
+            supersession_runner=lambda entry_id, names: announced(plain_supersession(entry_id, names)),
+            supersession_probes=supersession_probes,
         )  # fmt: skip
     selection = audit_selection(entry_ids, known - {w.name for w, _ in workarounds},
                                 [w.name for w, _ in workarounds] if with_workarounds else None)  # fmt: skip
@@ -722,7 +768,7 @@ def audit_command(
             registry=registry_dir, classes_file=classes_file,
         )  # fmt: skip
 
-    to_stdout = json_file == Path("-")  # --json -: the JSON report is the result; tables go to stderr
+    to_stdout = on_stdout(json_file)  # --json -: the JSON report is the result; tables go to stderr
     console = Console(stderr=to_stdout)
     console.print(render_table(report))
     if with_workarounds:
@@ -732,12 +778,10 @@ def audit_command(
         check = report.candidate_check
         click.echo(
             f"candidate {candidate}: removable once pinned: {', '.join(check.removable) or 'nothing'}; "
-            f"regressions: {len(check.regressions)} of {len(check.rows)} sampled exports"
+            f"regressions: {len(check.regressions)} of {len(check.rows)} sampled exports", err=to_stdout
         )
-    if to_stdout:
-        click.echo(json.dumps(report.as_dict(), indent=2))
-    elif json_file is not None:
-        json_file.write_text(json.dumps(report.as_dict(), indent=2) + "\n", encoding="utf-8")
+    if json_file is not None:
+        emit_json(report.as_dict(), json_file)
     markdown = render_markdown(report)
     if markdown_file is not None:
         markdown_file.write_text(markdown, encoding="utf-8")
@@ -760,7 +804,8 @@ def audit_command(
     if open_prs:
         from bot.shrink import run_pr
 
-        if run_pr(report.as_dict(), apply=None, github_url=github_url, token_env=token_env) != 0:
+        if run_pr(report.as_dict(), apply=None, github_url=github_url, token_env=token_env,
+                  text_to_stderr=to_stdout) != 0:
             code = EXIT_FAILED
     click.get_current_context().exit(code)
 

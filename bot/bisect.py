@@ -32,7 +32,6 @@ for a workaround it is reported, for its removal PR to cite.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -47,6 +46,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bot.errors import UsageProblem, report_errors
+from bot.json_output import emit_json, json_file_option, on_stdout
 from bot.options import index_option, pins_option, probes_option, registry_option, venv_cache_option
 from bot.pins import PinFileError, find_pin_file, normalize_name, read_pins
 from bot.plan import WORKAROUND, Subject, entry_subject
@@ -303,13 +303,8 @@ def render_result(result: BisectResult, package: str, pinned: str) -> Table:
 )
 @click.option("--dry-run", is_flag=True, help="List the candidate versions and exports; install nothing.")
 @click.option("--no-write", is_flag=True, help="Do not write fixed_in into the ledger entry.")
-@click.option(
-    "--json",
-    "json_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write the result (probes, first passing version) as JSON here.",
-)
+@json_file_option("the result (candidates, probes, first passing release)",
+                  'docs/audit-report.md, "exportbot bisect --json"')
 @report_errors
 def bisect_command(
     target: str, package: str | None, registry_dir: Path | None, pin_file: Path | None, index_file: Path,
@@ -335,26 +330,43 @@ def bisect_command(
     except PinFileError as error:
         raise UsageProblem(str(error)) from None
     candidates = newer_versions(released_versions(package), pinned)
+    err = on_stdout(json_file)  # --json -: the JSON is the result; every line and table goes to stderr
     exports = ", ".join(f"{e.model} {e.backend}/{e.mode}" for e in subject.exports)
     click.echo(f"{target}: {package} {pinned} (pinned) → {len(candidates)} newer release(s): "
-               f"{', '.join(candidates) or 'none'}\nexports per version: {exports}")  # fmt: skip
+               f"{', '.join(candidates) or 'none'}\nexports per version: {exports}", err=err)  # fmt: skip
+    data = bisect_json(target, subject, package, pinned, candidates, dry_run=dry_run)
     if dry_run or not candidates:
+        if json_file is not None:
+            emit_json(data, json_file)
         return
     text = pin_path.read_text(encoding="utf-8")
     probe = ExportProbe(subject, package, text, cache_dir or DEFAULT_CACHE, timeout,
                         base=layering_base(read_pins(pin_path), package), registry=registry_dir)  # fmt: skip
     result = first_passing(candidates, _announced(probe, package))
-    Console().print(render_result(result, package, pinned))
-    if json_file is not None:
-        data = {"target": target, "package": package, "pinned": pinned, "candidates": candidates,
-                **asdict(result), "outcomes": probe.seen}  # fmt: skip
-        json_file.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    Console(stderr=err).print(render_result(result, package, pinned))
+    data |= asdict(result) | {"outcomes": probe.seen}
     if result.first_passing is None:
-        click.echo(f"{target}: still needed at every installable release up to {candidates[-1]}.")
-        return
-    spec = f"{package}>={result.first_passing}"
-    maybe = f" (or one of the uninstallable {', '.join(result.untested)})" if result.untested else ""
-    click.echo(f"{target}: first passing release {result.first_passing}{maybe}: fixed_in = {spec!r}")
-    if entry is not None and not no_write:
-        set_fixed_in(entry.path, entry.id, spec)
-        click.echo(f"wrote fixed_in = {spec!r} to {entry.path} [{entry.id}]")
+        click.echo(f"{target}: still needed at every installable release up to {candidates[-1]}.", err=err)
+    else:
+        spec = data["fixed_in"] = f"{package}>={result.first_passing}"
+        maybe = f" (or one of the uninstallable {', '.join(result.untested)})" if result.untested else ""
+        click.echo(f"{target}: first passing release {result.first_passing}{maybe}: fixed_in = {spec!r}", err=err)
+        if entry is not None and not no_write:
+            set_fixed_in(entry.path, entry.id, spec)
+            data["written_to"] = str(entry.path)
+            click.echo(f"wrote fixed_in = {spec!r} to {entry.path} [{entry.id}]", err=err)
+    if json_file is not None:
+        emit_json(data, json_file)
+
+
+def bisect_json(target: str, subject: Subject, package: str, pinned: str, candidates: Sequence[str], *,
+                dry_run: bool) -> dict[str, Any]:  # fmt: skip
+    """``bisect --json`` before any probe: every key present (docs/audit-report.md, "exportbot bisect --json");
+    the search fills ``first_passing`` … ``outcomes``, a fix ``fixed_in`` and, written to an entry, ``written_to``."""
+    return {
+        "target": target, "kind": subject.kind, "package": package, "pinned": pinned,
+        "candidates": list(candidates), "dry_run": dry_run,
+        "exports": [{"model": e.model, "backend": e.backend, "mode": e.mode} for e in subject.exports],
+        "first_passing": None, "last_failing": None, "probes": [], "untested": [], "outcomes": [],
+        "fixed_in": None, "written_to": None,
+    }  # fmt: skip

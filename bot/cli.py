@@ -8,7 +8,6 @@ as one line. ``--debug`` shows tracebacks.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ from rich.table import Table
 
 from bot.errors import EXIT_FAILED, ExportbotGroup, SuggestingChoice, UsageProblem, report_errors
 from bot.generate_cli import export_generation_command, generation_class
+from bot.generate_outcome import generate_entry, rerun_generation_command
+from bot.json_output import emit_json, json_flag
 from bot.runner import BACKENDS, PASS, SKIPPED, ExportRequest, export_one
 from exporters.export_options import DTYPES, TASKS
 
@@ -99,7 +100,7 @@ def quiet_library_logs() -> None:
 @click.option("--repro", "repro", default=None, metavar="ENTRY_ID",
               help="Export ledger entry ENTRY_ID's reproducer (registry/README.md) without the ledger: exactly "
               "what `exportbot audit` re-runs for it.")
-@click.option("--json", "as_json", is_flag=True, help="Print the outcome record as JSON on stdout.")
+@json_flag("the outcome record", "the record fields of docs/sweep-results.md")
 @click.option("--outcome-json", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the outcome record (status, error, diffs, workarounds fired) as JSON here.")
 @report_errors
@@ -113,8 +114,9 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
 
     MODEL is a transformers class name (built tiny and random), a local checkpoint directory, or a hub id
     (org/name: its config, and its weights with --pretrained). The artifact is validated against eager
-    (and at a second shape when --dynamic) and written with summary.json (options, diffs, timings,
-    workarounds fired) to --out; a failure is one line (stage, cause, hint), its full text in summary.json.
+    (and at a second shape when --dynamic) and written as a bundle (export.json, summary.json: options,
+    diffs, timings, workarounds fired) to --out. A failure leaves --out as it was and is one line (stage,
+    cause, hint); its full text is in OUT.failed.json beside --out.
 
     \b
     Examples:
@@ -123,8 +125,10 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
       exportbot export ViTModel --backend executorch --batch-size 1 --image-size 64
       exportbot export LlamaModel --dynamic-dim input_ids:1:2:32 --dynamic-dim attention_mask:1:2:32
     """
-    from bot.export_checks import check_request, publish, staging_dir
+    from bot.export_checks import check_request
 
+    if repro is not None and (entry := generate_entry(repro)) is not None:  # bot/generate_outcome.py
+        return rerun_generation_command(entry, model, backend, out_dir, outcome_json, as_json, seed, without)
     generation = generation_class(model, task)
     if generation is not None:  # prefill + decode with a KV cache: bot/generate_cli.py
         target = model if Path(model).is_dir() else generation
@@ -146,23 +150,21 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
         check_repro(repro, model, backend, dynamic)
     from bot.progress import StageDisplay
 
-    with staging_dir(out_dir) as staging:
-        request = ExportRequest(model, backend, dynamic, optimize=False if no_optimize else None,
-                                et_backend=et_backend or "xnnpack", without=without,
-                                ignore_ledger=("all",) if ignore_ledger else (), seed=seed, out_dir=staging,
-                                repro=repro, options=options)
-        with StageDisplay(Console(stderr=True), model) as display:
-            from exporters.export_options import OptionError
+    request = ExportRequest(model, backend, dynamic, optimize=False if no_optimize else None,
+                            et_backend=et_backend or "xnnpack", without=without,
+                            ignore_ledger=("all",) if ignore_ledger else (), seed=seed, out_dir=out_dir,
+                            repro=repro, options=options)
+    with StageDisplay(Console(stderr=True), model) as display:
+        from exporters.export_options import OptionError
 
-            try:
-                outcome = export_one(request, progress=display)
-            except OptionError as error:
-                raise UsageProblem(str(error)) from None
-        outcome.files = publish(staging, out_dir, outcome.files)
+        try:  # the bundle is staged beside out_dir and renamed into place only once validated
+            outcome = export_one(request, progress=display)
+        except OptionError as error:
+            raise UsageProblem(str(error)) from None
     if outcome_json is not None:
-        write_atomically(outcome_json, json.dumps(outcome.as_dict(), indent=2) + "\n")
+        emit_json(outcome.as_dict(), outcome_json)
     if as_json:
-        click.echo(json.dumps(outcome.as_dict(), indent=2))
+        emit_json(outcome.as_dict())
     elif outcome.status == SKIPPED:
         click.echo(f"{model}: skipped by ledger entry {outcome.ledger_entry!r}: {outcome.ledger_reason}")
     else:
@@ -171,21 +173,14 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
         click.echo("Use --ignore-ledger to try the export anyway.", err=True)
     elif outcome.status != PASS:
         click.echo(_failure_line(outcome), err=True)
-        if click.get_current_context().find_root().params.get("debug") and "summary" in outcome.files:
-            click.echo(json.loads(Path(outcome.files["summary"]).read_text()).get("traceback", ""), err=True)
+        if click.get_current_context().find_root().params.get("debug") and "failure" in outcome.files:
+            click.echo(json.loads(Path(outcome.files["failure"]).read_text()).get("traceback", ""), err=True)
     if outcome.status != PASS:
         sys.exit(EXIT_FAILED)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename: never a half-written file."""
-    temporary = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    temporary.write_text(text)
-    os.replace(temporary, path)
-
-
 def _failure_line(outcome: Any) -> str:
-    """``failed at STAGE: Type: innermost cause — hint: ... (full text: summary.json)``: one line."""
+    """``failed at STAGE: Type: innermost cause — hint: ... (full text: OUT.failed.json)``: one line."""
     stage = f" at {outcome.failed_stage}" if outcome.failed_stage else ""
     from bot.errors import caused_by, first_line, hint_for
 
@@ -194,7 +189,7 @@ def _failure_line(outcome: Any) -> str:
     else:  # did not validate: the error is the comparison's own summary
         cause = first_line(outcome.error or "no output tensor to compare")
     hint = outcome.hint or hint_for(outcome.error or "", outcome.failed_stage, outcome.backend)
-    where = f" (full text: {outcome.files['summary']})" if "summary" in outcome.files else ""
+    where = f" (full text: {outcome.files['failure']})" if "failure" in outcome.files else ""
     return f"{outcome.model}: {outcome.status}{stage}: {cause} — hint: {hint}{where}"
 
 
@@ -223,7 +218,7 @@ def _print_outcome(outcome: Any) -> None:
 
 
 @main.command("list-workarounds")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_flag("every workaround (name, kind, backend, targets, upstream, dependency, summary)", "a list of objects")
 @report_errors
 def list_workarounds_command(as_json: bool) -> None:
     """List every registered workaround: kind, backend, targets, upstream issue, dependency.
@@ -244,7 +239,7 @@ def list_workarounds_command(as_json: bool) -> None:
     load_all_workarounds()
     workarounds = [w.as_dict() for w in all_workarounds()]
     if as_json:
-        click.echo(json.dumps(workarounds, indent=2))
+        emit_json(workarounds)
         return
     table = compact_table("workaround (targets)", "backend · kind\nupstream · needs", title=f"{len(workarounds)} workarounds")
     table.columns[0].width = max(len(w["name"]) for w in workarounds)

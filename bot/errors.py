@@ -2,7 +2,7 @@
 
 A failed export is one line: ``failed at STAGE: Type: innermost cause — hint: what to try``. The innermost
 cause is the last exception of the ``raise ... from`` chain (torch wraps the real error in two or three
-layers), cut at its first line: FX graphs and "please file an issue" paragraphs stay in ``summary.json``.
+layers), cut at its first line: FX graphs and "please file an issue" paragraphs stay in ``<out>.failed.json``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ EXIT_FAILED = 1  # the job ran and found a problem (export failed validation, li
 EXIT_USAGE = 2  # bad input: unknown class, unreadable directory, invalid option or config
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
 
-LINE_LIMIT = 240  # characters of the innermost cause shown; the rest is in summary.json
+LINE_LIMIT = 240  # characters of the innermost cause shown; the rest is in <out>.failed.json
 
 
 class UsageProblem(click.ClickException):

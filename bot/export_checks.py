@@ -5,18 +5,14 @@
 the backend, a GPU backend without a GPU, ``--without`` names that are unknown or belong to another backend,
 a model argument that is no class, directory or reachable hub id.
 
-``staging_dir`` / ``publish``: the export writes into a hidden sibling of ``--out``; only a finished export
-moves its files into ``--out`` (one ``os.replace`` per file). Ctrl-C or a crash removes the staging
-directory, so ``--out`` never holds a half-written artifact.
+Publishing is the bundle's (``exporters.bundle``): the export is staged in a hidden sibling of ``--out`` and
+renamed into place only once validated, so ``--out`` is always the previous bundle or the new one; a
+failure, Ctrl-C included, is recorded beside it in ``<out>.failed.json``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from bot.errors import UsageProblem
@@ -51,8 +47,12 @@ def check_request(
 
 def check_writable(out_dir: Path) -> None:
     """``out_dir`` can be created and written: probe its nearest existing ancestor with a real file."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageProblem(f"--out {out_dir}: exists and is not a directory")
+    from exporters.bundle import BundleError, check_replaceable
+
+    try:
+        check_replaceable(out_dir)  # a bundle replaces --out whole: never a directory of other files
+    except BundleError as error:
+        raise UsageProblem(f"--out {error}") from None
     ancestor = out_dir
     while not ancestor.exists():
         ancestor = ancestor.parent
@@ -116,28 +116,3 @@ def model_class_names() -> list[str]:
     import transformers
 
     return [n for n in dir(transformers) if n[:1].isupper() and ("For" in n or n.endswith(("Model", "LMHeadModel")))]
-
-
-# ── Publishing whole files only ──
-@contextlib.contextmanager
-def staging_dir(out_dir: Path) -> Iterator[Path]:
-    """A fresh hidden sibling of ``out_dir`` to export into; removed on the way out, whatever happens."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
-    try:
-        yield staging
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def publish(staging: Path, out_dir: Path, files: dict[str, str]) -> dict[str, str]:
-    """Move everything the export wrote from ``staging`` into ``out_dir``; the files' new paths."""
-    entries = sorted(staging.iterdir())
-    if entries:  # a skipped export wrote nothing: no empty --out either
-        out_dir.mkdir(parents=True, exist_ok=True)
-    for entry in entries:
-        target = out_dir / entry.name
-        if entry.is_dir() and target.is_dir():
-            shutil.rmtree(target)
-        os.replace(entry, target)
-    return {kind: str(out_dir / Path(path).relative_to(staging)) for kind, path in files.items()}

@@ -38,13 +38,14 @@ def generation_class(model: str, task: str | None) -> str | None:
         return None
     import json
 
-    from exporters.export_options import OptionError, class_for_task
+    from exporters.export_options import OptionError, class_for_task, resolve_class_name
     from exporters.tiny import TinyModelError, model_class
 
     path = Path(model)
     try:
-        if path.is_dir():
+        if path.is_dir():  # architectures[0], or (a config without it) the task's head
             name = (json.loads((path / "config.json").read_text()).get("architectures") or [""])[0]
+            name = name or resolve_class_name(model, task)
         else:
             name = model
         cls = model_class(name)
@@ -66,18 +67,23 @@ class LedgerSkip(Exception):
 def build_generation_model(model: str, seed: int, task: str | None = None,
                            overrides: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """The eager model for a generation export and the ``source`` record that rebuilds it later."""
+    from exporters.export_options import OptionError, load_checkpoint
     from exporters.generation import generation_kind
-    from exporters.tiny import TinyModelError, build_tiny, load_local
+    from exporters.tiny import TinyModelError, build_tiny
 
     path = Path(model)
     try:
-        if path.is_dir():
-            built = load_local(path, seed).model
-            source = {"checkpoint": str(path.resolve()), "seed": seed}
+        if path.is_dir():  # as `export` loads it: its weights, else random from its config; the task's head
+            name = generation_class(model, task or "text-generation")
+            if name is None:
+                raise UsageProblem(f"{model}: no generating head for its config; choose one with --task "
+                                   f"{' or '.join(GENERATION_TASKS)}")
+            built, _ = load_checkpoint(model, name, seed)
+            source = {"checkpoint": str(path.resolve()), "seed": seed, "task": task}
         else:
             built = build_tiny(model, seed, overrides=overrides).model
             source = {"tiny": model, "seed": seed, "overrides": overrides or {}}
-    except TinyModelError as error:
+    except (TinyModelError, OptionError) as error:
         raise UsageProblem(str(error)) from None
     try:
         kind = generation_kind(built)
@@ -107,7 +113,7 @@ def rebuild_source(source: dict[str, Any]) -> Any:
         model, _ = build_generation_model(source["tiny"], source.get("seed", 0), overrides=source.get("overrides"))
         return model
     if "checkpoint" in source:
-        model, _ = build_generation_model(source["checkpoint"], source.get("seed", 0))
+        model, _ = build_generation_model(source["checkpoint"], source.get("seed", 0), source.get("task"))
         return model
     raise UsageProblem("the bundle records no source model to compare with (use --no-compare)")
 
@@ -233,7 +239,7 @@ def generate_command(directory: Path, prompt_length: int, max_new_tokens: int, b
       exportbot generate out/llama-gen --sample --temperature 0.8 --top-k 20 --seed 3
     """
     from exporters.bundle import BundleError
-    from exporters.generation import make_prompts, sample_prompts
+    from exporters.generation import make_image_prompts, make_prompts, sample_prompts
     from exporters.loading import load
 
     if prompt_length < 1 or max_new_tokens < 1 or batch_size < 1:
@@ -246,15 +252,22 @@ def generate_command(directory: Path, prompt_length: int, max_new_tokens: int, b
     if not layout:
         raise UsageProblem(f"{directory}: not a generation bundle (export it with --task text-generation)")
     limit = layout["max_cache_len"]
-    if layout["kind"] == "decoder-only" and prompt_length + max_new_tokens > limit:
-        raise UsageProblem(f"--prompt-length {prompt_length} + --max-new-tokens {max_new_tokens} exceed the "
-                           f"bundle's max_cache_len {limit}")
+    # A vision-language prompt also holds one image's placeholders and 2 lead tokens (make_image_prompts).
+    image = layout["image_input"]["tokens_per_image"] + 2 if "image_input" in layout else 0
+    if layout["kind"] == "decoder-only" and image + prompt_length + max_new_tokens > limit:
+        raise UsageProblem(f"--prompt-length {prompt_length} + --max-new-tokens {max_new_tokens}"
+                           + (f" + {image} image tokens" if image else "") + f" exceed the bundle's max_cache_len {limit}")
     if layout["batch"] == "static" and batch_size != layout["batch_size"]:
         raise UsageProblem(f"{directory} was exported with a static batch of {layout['batch_size']}; "
                            f"use --batch-size {layout['batch_size']}")
     eager = rebuild_source(layout.get("source", {})) if compare and not do_sample else None
     if eager is not None:
         inputs = sample_prompts(eager, batch=batch_size, prompt_length=prompt_length, seed=seed)
+    elif "image_input" in layout:  # a vision-language bundle: placeholders and pixels from its manifest
+        image = layout["image_input"]
+        inputs = make_image_prompts(image["image_token_id"], image["tokens_per_image"], tuple(image["shape"]),
+                                    bundle.config.get_text_config(decoder=True).vocab_size,
+                                    layout.get("pad_token_id"), batch_size, prompt_length, seed)
     else:
         inputs = make_prompts(layout["kind"], layout.get("encoder_input", "input_ids"), bundle.config,
                               layout.get("pad_token_id"), batch_size, prompt_length, seed)

@@ -25,6 +25,7 @@ EXAMPLES: dict[str, list[str]] = {
     "sweep run": [
         "exportbot sweep run --backend onnx --static --match 'Bert*' --results bert.jsonl",
         "exportbot sweep run --backend executorch --dynamic --shard 1/4 --jobs 2",
+        "exportbot sweep run --task text-generation --backend onnx --match 'Llama*' --results generation.jsonl",
     ],
     "sweep merge": [
         "exportbot sweep merge sweeps/all.jsonl sweeps/shard-1.jsonl sweeps/shard-2.jsonl",

@@ -36,7 +36,7 @@ import tomlkit
 from bot.pins import BACKEND_STACK, normalize_name, stack_of
 from bot.rerun import scope_modes
 from bot.runner import PASS
-from bot.verdict import NOT_DUE, REMOVABLE, UNKNOWN
+from bot.verdict import NOT_DUE, REMOVAL_VERDICTS, UNKNOWN, error_excerpt
 from bot.workaround_removal import NotSelfContained, remove_workaround_text
 from exporters.ledger import SCOPES, Ledger, LedgerEntry, load_ledger, remove_entry
 
@@ -74,6 +74,10 @@ class Proposal:
     source: str | None = None  # a workaround: repository path of the file that defines it
     exports: tuple[tuple[str, str], ...] = ()  # a workaround: the (model, mode) exports it was probed on
     removal: str | None = None  # a workaround the audit found not self-contained: why (delete by hand)
+    # A ``superseded`` entry: the registered workarounds that took over, and per export the probe proving it
+    # (model, mode, without, status, error: its reproducer failing as recorded with them disabled).
+    superseded_by: tuple[str, ...] = ()
+    takeover: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def is_workaround(self) -> bool:
@@ -113,6 +117,8 @@ class Proposal:
         }  # fmt: skip
         if self.is_workaround:
             data |= {"source": self.source, "exports": [list(e) for e in self.exports], "removal": self.removal}
+        if self.superseded_by:
+            data |= {"superseded_by": list(self.superseded_by), "takeover": [dict(t) for t in self.takeover]}
         text = json.dumps(data, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
         safe = text.replace("<", "\\u003c").replace(">", "\\u003e")
         return f"<!-- exportbot:entry {safe} -->"
@@ -141,6 +147,8 @@ class Proposal:
             source=data.get("source"),
             exports=tuple((str(m), str(d)) for m, d in data.get("exports", ())),
             removal=data.get("removal"),
+            superseded_by=tuple(data.get("superseded_by", ())),
+            takeover=tuple(dict(t) for t in data.get("takeover", ())),
         )
 
 
@@ -187,6 +195,12 @@ def proposal_from_report(row: Mapping[str, Any], report: Mapping[str, Any]) -> P
         audited_at=str(report.get("generated_at", "")),
         exporter_version=str(report.get("exporter_version", "")),
         source=row.get("source") if workaround else None,
+        superseded_by=tuple(row.get("superseded_by") or ()),
+        takeover=tuple(
+            {"model": t.get("model"), "mode": t.get("mode"), "without": list(t.get("without") or ()),
+             "status": t.get("status"), "error": error_excerpt(t)}
+            for t in row.get("supersession") or () if t.get("proves")
+        ),
         exports=exports,
         removal=row.get("removal") if workaround else None,
     )
@@ -206,13 +220,13 @@ def select_proposals(
     ``base_sources`` maps repository paths to the base branch's text of the files defining the report's
     removable workarounds; a workaround is proposed only while its ``def`` is still there.
 
-    * ``removable`` in the report → proposed. An entry the open PR already proposes keeps its earlier
+    * ``removable`` or ``superseded`` in the report → proposed. An entry the open PR already proposes keeps its earlier
       evidence when upstream state and pins are unchanged and that evidence was complete, so a daily
       audit finding the same thing does not rewrite the PR.
     * ``not-due`` or ``unknown`` (nothing re-run, e.g. rate limited) for an entry the PR already
       proposes → kept: nothing speaks against it. The same for entries the report does not cover
       (``audit --entry``).
-    * ``still-needed``, ``changed``, ``human``, ``not-reproduced`` → taken out (any verdict but ``removable``).
+    * ``still-needed``, ``changed``, ``human``, ``not-reproduced`` → taken out (any verdict but those two).
     * At most ``max_proposals`` entries, so the body stays under GitHub's 65,536 characters and a
       review stays small; the rest wait for the next PR.
     * Never proposed: entries absent from the base branch's ledger or listed differently there (the
@@ -225,7 +239,7 @@ def select_proposals(
     rows = {row["id"]: row for row in [*ledger_rows(report), *workaround_rows(report)]}
     for entry_id, row in rows.items():
         verdict, first_reason = row["verdict"], (row.get("reasons") or [""])[0]
-        if verdict == REMOVABLE:
+        if verdict in REMOVAL_VERDICTS:
             fresh = proposal_from_report(row, report)
             kept = earlier.get(entry_id)
             if (
@@ -438,11 +452,36 @@ def _what(proposal: Proposal, by_hand: Mapping[str, str]) -> list[str]:
     return [f"- **Registered workaround** (backend `{proposal.backend}`) in {where}", removal]
 
 
+def _takeover_lines(proposal: Proposal) -> list[str]:
+    """A superseded entry's proof: which workarounds took over, and the reproducer failing without them."""
+    if not proposal.superseded_by:
+        return []
+    names = ", ".join(f"`{name}`" for name in proposal.superseded_by)
+    return [
+        f"- **Superseded by** registered workarounds {names}: the bug is still there, they handle it, and the "
+        "entry can go while they stay registered",
+        "",
+        "| model | mode | with these disabled too | the reproducer, first error line |",
+        "| --- | --- | --- | --- |",
+        *(
+            f"| `{t.get('model')}` | {t.get('mode')} | {', '.join(f'`{n}`' for n in t.get('without') or ())} | "
+            f"{t.get('status')}: {_cell(str(t.get('error') or ''))} |"
+            for t in proposal.takeover
+        ),
+    ]
+
+
 def _section(proposal: Proposal, runs_required: int, by_hand: Mapping[str, str]) -> list[str]:
     leave_out = f"--without {proposal.id}" if proposal.is_workaround else "--ignore-ledger"
     commands = [
         f"exportbot export {model} --backend {proposal.backend} --{mode} {leave_out}"
         for model, mode in proposal.pairs()
+    ]
+    commands += [
+        f"exportbot export {t.get('model')} --backend {proposal.backend} --{t.get('mode')} --repro {proposal.id} "
+        + " ".join(f"--without {name}" for name in t.get("without") or ())
+        + "  # fails as the entry records"
+        for t in proposal.takeover
     ]
     shortfall = proposal.shortfall(runs_required)
     return [
@@ -454,6 +493,7 @@ def _section(proposal: Proposal, runs_required: int, by_hand: Mapping[str, str])
         f"- **Audit:** {proposal.audited_at or 'unknown'} (exporters {proposal.exporter_version or 'unknown'})",
         f"- **Verdict:** {'; '.join(proposal.reasons) or 'removable'}",
         *([f"- **Evidence incomplete:** {'; '.join(shortfall)}"] if shortfall else []),
+        *_takeover_lines(proposal),
         "",
         f"| model | mode | runs passed (of {runs_required} required) | max abs diff vs eager, per run |",
         "| --- | --- | --- | --- |",

@@ -11,7 +11,10 @@ workaround out:
   ENTRY_ID`` by hand runs the same. The outcome records what it left off (``workaround_off``), which the
   verdict requires of a pass;
 * a registered workaround (a necessity probe): ``--without NAME`` disables only that one; every other
-  workaround and the ledger stay as the sweep that saw it fire had them.
+  workaround and the ledger stay as the sweep that saw it fire had them;
+* a supersession probe of a ledger entry whose reproducer passed with nothing moved: ``--repro ENTRY_ID
+  --without NAME ...``, the reproducer again with workarounds that fired in its passing runs disabled, to
+  show which registered workaround took the entry's job over (:func:`probe_superseders`, bot.verdict).
 
 The child reads the audit's registry (``EXPORTBOT_REGISTRY``), so ``audit --registry DIR`` gates and
 reproduces from DIR there too. The runner is a plain callable ``run_export(model_class, backend, dynamic) -> dict`` (an outcome record
@@ -38,14 +41,16 @@ DEFAULT_TIMEOUT = 600.0
 
 RunExport = Callable[[str, str, bool], dict[str, Any]]
 ProbeRunner = Callable[[str], RunExport]  # workaround name → a runner exporting without only that one
+# (entry id, workarounds to disable) → a runner exporting the entry's reproducer without those too
+SupersessionRunner = Callable[[str, Sequence[str]], RunExport]
+DEFAULT_SUPERSESSION_PROBES = 6  # probes per entry; each is one export (Flint's proof takes 2 per mode)
 
 
 def scope_modes(scope: str) -> list[bool]:
     """The ``dynamic`` flags an entry's scope covers: ``all`` → static and dynamic."""
-    if scope == "generate":  # a plain dynamic re-run would be the wrong evidence for a generation failure
-        raise NotImplementedError("the audit cannot re-run generate-scope entries yet: it re-runs single-graph "
-                                  "exports only (docs/generation.md, Ledger)")
-    return {"all": [False, True], "static": [False], "dynamic": [True]}[scope]
+    # generate: one dynamic re-run, which the child's `export --repro ID` makes a generation export
+    # (bot/generate_outcome.py), never a plain dynamic export that would be the wrong evidence.
+    return {"all": [False, True], "static": [False], "dynamic": [True], "generate": [True]}[scope]
 
 
 def subprocess_runner(
@@ -62,16 +67,16 @@ def subprocess_runner(
     """A runner exporting in a fresh ``python -m bot export`` process, killed after ``timeout`` s.
 
     ``repro`` (a ledger entry id) exports that entry's reproducer without the ledger: the audit's re-run;
-    ``without`` names workarounds to disable instead of ignoring the ledger (a necessity probe);
+    ``without`` names workarounds to disable instead of ignoring the ledger (a necessity probe), or with
+    ``repro`` as well (a supersession probe);
     ``plain`` leaves nothing out (the export as a sweep runs it: the regression check of a candidate).
     ``registry`` is the ledger directory the child reads (default: whatever it finds itself).
     ``python`` and ``pythonpath`` let ``exportbot bisect`` run this repository's code in another
     virtual environment (one per candidate version) that does not have exportbot installed.
     ``extra_args`` go to every ``exportbot export`` (a regression check's ``--repro ID --no-optimize``).
     """
-    leave_out = [arg for name in without for arg in ("--without", name)] or (
-        [] if plain else ["--repro", repro] if repro else ["--ignore-ledger"]
-    )
+    disabled = [arg for name in without for arg in ("--without", name)]
+    leave_out = ["--repro", repro, *disabled] if repro else disabled or ([] if plain else ["--ignore-ledger"])
 
     def run_export(model_class: str, backend: str, dynamic: bool) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="exportbot-rerun-") as scratch:
@@ -81,7 +86,8 @@ def subprocess_runner(
                 "--dynamic" if dynamic else "--static", *leave_out, *extra_args,
                 "--outcome-json", str(record), "--out", str(Path(scratch) / "out"),
             ]  # fmt: skip
-            base = {"model": model_class, "backend": backend, "dynamic": dynamic, "repro": repro}
+            base = {"model": model_class, "backend": backend, "dynamic": dynamic, "repro": repro,
+                    "workarounds_disabled": list(without)}  # fmt: skip
             env = os.environ | {"HF_HUB_OFFLINE": "1"}
             if pythonpath is not None:
                 env["PYTHONPATH"] = str(pythonpath)
@@ -109,3 +115,37 @@ def rerun_subject(subject: Subject, run_export: RunExport, runs: int = DEFAULT_R
             outcome = run_export(export.model, export.backend, export.dynamic)
             outcomes.append(outcome | {"run": attempt})
     return outcomes
+
+
+def probe_superseders(
+    subject: Subject,
+    passing: Sequence[dict[str, Any]],
+    run_without: Callable[[Sequence[str]], RunExport],
+    budget: int = DEFAULT_SUPERSESSION_PROBES,
+) -> list[dict[str, Any]]:
+    """Supersession probes of an entry whose reproducer passed in every run (``passing``): per export, re-run
+    with workarounds disabled, in the order bot.verdict.next_superseders gives, until one fails as the
+    entry records (bot.verdict.proves_takeover) or ``budget`` probes of the entry ran. One run per probe: a
+    failure that matches is the recorded bug itself, not a flaky pass.
+    """
+    from bot.verdict import next_superseders, proves_takeover
+
+    probes: list[dict[str, Any]] = []
+    proven: list[tuple[str, ...]] = []
+    for export in subject.exports:
+        key = (export.model, export.backend, export.dynamic)
+        fired = sorted({name for o in passing if _key(o) == key for name in o.get("workarounds_fired") or {}})
+        mine: list[dict[str, Any]] = []
+        while len(probes) < budget and (names := next_superseders(fired, mine, proven)) is not None:
+            outcome = run_without(names)(export.model, export.backend, export.dynamic)
+            outcome = {"workarounds_disabled": list(names)} | outcome | {"run": 1}
+            mine.append(outcome)
+            probes.append(outcome)
+            if proves_takeover(subject, outcome):
+                proven.append(names)
+                break
+    return probes
+
+
+def _key(outcome: dict[str, Any]) -> tuple[Any, Any, bool]:
+    return outcome.get("model"), outcome.get("backend"), bool(outcome.get("dynamic"))

@@ -7,7 +7,6 @@ of result that the sweep writes, the audit reads and the coverage table shows.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 import traceback
 from collections.abc import Callable
@@ -29,6 +28,7 @@ MISMATCH = "mismatch"
 INCONCLUSIVE = "inconclusive"
 NONDETERMINISTIC = "nondeterministic"
 SKIPPED = "skipped"  # gated by a ledger entry; never a pass
+INTERRUPTED = "interrupted"  # Ctrl-C: in the failure record only (export_one re-raises the KeyboardInterrupt)
 BUILD_ERROR = "build-error"  # the tiny model or its inputs could not be made
 
 
@@ -128,12 +128,12 @@ def export_one(request: ExportRequest, progress: Callable[[str], None] = lambda 
 
     ``OptionError`` (an option the built model's inputs contradict, such as a ``--dynamic-dim`` name) is
     raised, not recorded: it is the caller's input, not the export, that failed. Every stage started is
-    reported to ``progress`` (``exporters.stages``) and a failure names its stage.
+    reported to ``progress`` (``exporters.stages``) and a failure names its stage. With ``out_dir``, the
+    bundle is published there only when it validated; every failure, Ctrl-C included (recorded, then
+    re-raised), leaves ``out_dir`` as it was and is recorded in ``<out_dir>.failed.json`` (``record_failure``).
     """
     from exporters.base import package_versions
-    from exporters.export_options import OptionError
     from exporters.ledger import default_registry_dir, load_ledger
-    from exporters.repro import exporter_options
     from exporters.stages import preload_executorch, stage_events
 
     if request.backend == "executorch":
@@ -146,6 +146,7 @@ def export_one(request: ExportRequest, progress: Callable[[str], None] = lambda 
     outcome = ExportOutcome(class_name, request.backend, dynamic, FAILED, 0.0)
     outcome.versions = package_versions(request.backend)
     outcome.registry = str(default_registry_dir())
+    outcome.workarounds_disabled = sorted(request.without)  # as asked; a finished export records its own
     ledger = load_ledger()
     repro_entry = ledger.by_id(request.repro) if request.repro is not None else None
     ignored = {"all"} if repro_entry is not None else set(request.ignore_ledger)
@@ -171,47 +172,73 @@ def export_one(request: ExportRequest, progress: Callable[[str], None] = lambda 
         outcome.ledger_entry, outcome.ledger_reason = skip.id, skip.reason
     with stage_events(progress) as stages:
         try:
-            with stages.stage("building model"):
-                built = _build(request, repro_entry, class_name)
-            outcome.repro_source = built.source
-        except OptionError:
+            report = _build_export_validate(outcome, request, repro_entry, class_name, optimize, started, stages)
+        except KeyboardInterrupt:  # recorded, then handed on: the CLI exits 130
+            outcome.status, outcome.failed_stage = INTERRUPTED, stages.failed
+            outcome.seconds = round(time.perf_counter() - started, 3)
+            record_failure(outcome, request.out_dir)
             raise
-        except Exception as error:
-            return _failed(outcome, BUILD_ERROR, error, started, request, stages.failed)
-        try:
-            exporter = make_exporter(request, optimize=bool(optimize), inputs=built.inputs)
-            exporter.config = dataclasses.replace(exporter.config, **exporter_options(built))
-            result = exporter.export(built.model, built.inputs)
-            outcome.options = request.options.record(request.backend, request.et_backend, class_name, exporter.config)
-            result.metadata.options = outcome.options
-            result.metadata.notes.append(built.source)  # where the model came from (weights or random)
-            outcome.workarounds_fired = result.metadata.workarounds_fired
-            outcome.workarounds_disabled = result.metadata.workarounds_disabled
-            outcome.stage_seconds = result.metadata.stage_seconds
-            outcome.versions = result.metadata.versions or outcome.versions
-            from exporters.stages import quiet_native_noise
-
-            report = None
-            if request.out_dir is not None:  # the bundle is validated from its written files, then published
-                with stages.stage("validating" if request.validate else "writing files"), quiet_native_noise():
-                    report, outcome.files = save_bundle(result, request.out_dir, request.validate)
-            elif request.validate:
-                with stages.stage("validating"), quiet_native_noise():
-                    report = result.validate(raise_on_failure=False)
-            if report is not None:
-                outcome.status = report.status
-                outcome.max_abs_diff = report.max_abs_diff
-                if not report.passed:
-                    outcome.error = "; ".join(report.problems()[:5]) or "no output tensor to compare"
-                    outcome.failed_stage = "validating"
-            else:
-                outcome.status = PASS
-        except OptionError:
-            raise
-        except Exception as error:
-            return _failed(outcome, FAILED, error, started, request, stages.failed)
     outcome.seconds = round(time.perf_counter() - started, 3)
+    if outcome.status != PASS and "failure" not in outcome.files:  # did not validate, so was not published
+        record_failure(outcome, request.out_dir, {"validation": report.as_dict() if report is not None else None})
     return outcome
+
+
+def _build_export_validate(
+    outcome: ExportOutcome, request: ExportRequest, repro_entry: LedgerEntry | None, class_name: str,
+    optimize: bool | None, started: float, stages: Any,
+) -> Any:  # fmt: skip
+    """The stages of ``export_one``, filling ``outcome``; the validation report (None when not validated or
+    when a stage raised, which ``_failed`` has recorded)."""
+    from exporters.export_options import OptionError
+    from exporters.repro import exporter_options
+    from exporters.stages import quiet_native_noise
+    from exporters.utils import HitLog, observing_hits
+
+    try:
+        with stages.stage("building model"):
+            built = _build(request, repro_entry, class_name)
+        outcome.repro_source = built.source
+    except OptionError:
+        raise
+    except Exception as error:
+        _failed(outcome, BUILD_ERROR, error, started, request, stages.failed)
+        return None
+    report = None
+    fired = HitLog()  # what fired, kept when the export raises (its own log goes with its result)
+    try:
+        exporter = make_exporter(request, optimize=bool(optimize), inputs=built.inputs)
+        exporter.config = dataclasses.replace(exporter.config, **exporter_options(built))
+        with observing_hits(fired):
+            result = exporter.export(built.model, built.inputs)
+        outcome.options = request.options.record(request.backend, request.et_backend, class_name, exporter.config)
+        result.metadata.options = outcome.options
+        result.metadata.notes.append(built.source)  # where the model came from (weights or random)
+        outcome.workarounds_fired = result.metadata.workarounds_fired
+        outcome.workarounds_disabled = result.metadata.workarounds_disabled
+        outcome.stage_seconds = result.metadata.stage_seconds
+        outcome.versions = result.metadata.versions or outcome.versions
+        if request.out_dir is not None:  # the bundle is validated from its written files, then published
+            with stages.stage("validating" if request.validate else "writing files"), quiet_native_noise():
+                report, outcome.files = save_bundle(result, request.out_dir, request.validate)
+        elif request.validate:
+            with stages.stage("validating"), quiet_native_noise():
+                report = result.validate(raise_on_failure=False)
+        if report is not None:
+            outcome.status = report.status
+            outcome.max_abs_diff = report.max_abs_diff
+            if not report.passed:
+                outcome.error = "; ".join(report.problems()[:5]) or "no output tensor to compare"
+                outcome.failed_stage = "validating"
+        else:
+            outcome.status = PASS
+    except OptionError:
+        raise
+    except Exception as error:
+        outcome.workarounds_fired = outcome.workarounds_fired or dict(sorted(fired.counts.items()))
+        _failed(outcome, FAILED, error, started, request, stages.failed)
+        return None
+    return report
 
 
 def save_bundle(result: Any, out_dir: Path, validate: bool) -> tuple[Any, dict[str, str]]:
@@ -244,7 +271,8 @@ def _failed(
     outcome: ExportOutcome, status: str, error: BaseException, started: float, request: ExportRequest,
     stage: str | None,
 ) -> ExportOutcome:  # fmt: skip
-    """Record a failure: one-line cause, stage and hint in the outcome; the full text in ``out_dir/summary.json``."""
+    """Record a raised failure: one-line cause, stage and hint in the outcome; the full text and traceback
+    in the failure record beside ``out_dir``."""
     from bot.errors import hint_for, innermost_line
 
     outcome.status = status
@@ -255,10 +283,18 @@ def _failed(
     outcome.cause = innermost_line(error)
     outcome.hint = hint_for(f"{error}\n{outcome.cause}", stage, request.backend)
     outcome.seconds = round(time.perf_counter() - started, 3)
-    if request.out_dir is not None:
-        request.out_dir.mkdir(parents=True, exist_ok=True)
-        full = {**outcome.as_dict(), "error": str(error), "traceback": "".join(traceback.format_exception(error))}
-        summary = request.out_dir / "summary.json"
-        summary.write_text(json.dumps(full, indent=2, default=str) + "\n")
-        outcome.files = {"summary": str(summary)}
+    record_failure(outcome, request.out_dir,
+                   {"error": str(error), "traceback": "".join(traceback.format_exception(error))})
     return outcome
+
+
+def record_failure(outcome: ExportOutcome, out_dir: Path | None, detail: dict[str, Any] | None = None) -> None:
+    """The one place a failed export into ``out_dir`` is written down, whatever failed (the build, an
+    export stage, validation, Ctrl-C): ``<out_dir>.failed.json`` (docs/export-format.md), the outcome plus
+    ``detail`` (full error and traceback, or the validation report). ``out_dir`` itself is left as it was."""
+    if out_dir is None:
+        return
+    from exporters.bundle import write_failure_record
+
+    path = write_failure_record(out_dir, {**outcome.as_dict(), **(detail or {})})
+    outcome.files = {"failure": str(path)}

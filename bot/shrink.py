@@ -51,6 +51,7 @@ from rich.table import Table
 from bot.config import BotConfig, ConfigError, find_config, load_config, parse_config
 from bot.dashboard import dashboard_body
 from bot.errors import EXIT_FAILED, UsageProblem, report_errors
+from bot.json_output import emit_json, json_flag
 from bot.options import github_url_option, token_env_option
 from bot.prwriter import (
     Proposal,
@@ -358,8 +359,18 @@ def should_apply(flag: bool | None, has_token: bool) -> bool:
     return flag
 
 
-def print_outcome(outcome: ShrinkOutcome, console: Console) -> None:
-    """The per-entry table, the steps, the diff and (dry run) the body, so a run is never silent."""
+def _steps(outcome: ShrinkOutcome) -> list[str]:
+    """What was written (applied: the block first, if any) or what would be (a dry run), one line each."""
+    plan = outcome.plan
+    if not outcome.applied:
+        return plan.steps()
+    return [plan.blocked, *outcome.done] if plan.blocked else list(outcome.done)
+
+
+def print_outcome(outcome: ShrinkOutcome, console: Console, err: bool = False) -> None:
+    """The per-entry table, the steps, the diff and (dry run) the body, so a run is never silent.
+
+    ``err``: all of it on stderr (``audit --json - --open-prs``, whose stdout is the report)."""
     plan = outcome.plan
     proposed = {p.id for p in plan.selection.proposals}
     table = Table(title=f"shrink PR: {len(proposed)} entr{'y' if len(proposed) == 1 else 'ies'} to remove")
@@ -369,24 +380,59 @@ def print_outcome(outcome: ShrinkOutcome, console: Console) -> None:
         table.add_row(escape(entry_id), "yes" if entry_id in proposed else "no", escape(note))
     console.print(table)
     if outcome.against:
-        click.echo(f"planned against the local checkout {outcome.against} (no network, no token)")
-    steps = outcome.done if outcome.applied else [f"would {s}" for s in plan.steps()]
-    if outcome.applied and plan.blocked:
-        steps = [plan.blocked, *steps]
-    click.echo("\n".join(steps) or "nothing to change: the repository already matches this report")
+        click.echo(f"planned against the local checkout {outcome.against} (no network, no token)", err=err)
+    steps = _steps(outcome) if outcome.applied else [f"would {s}" for s in _steps(outcome)]
+    click.echo("\n".join(steps) or "nothing to change: the repository already matches this report", err=err)
     for warning in outcome.warnings:
         click.echo(f"warning: {warning}", err=True)
     if outcome.dashboard_step:
-        click.echo(outcome.dashboard_step)
+        click.echo(outcome.dashboard_step, err=err)
     if outcome.pr_url:
-        click.echo(f"pull request: {outcome.pr_url}")
-    click.echo(outcome.diff or "(no ledger change)")
+        click.echo(f"pull request: {outcome.pr_url}", err=err)
+    click.echo(outcome.diff or "(no ledger change)", err=err)
     if not outcome.applied:
         if plan.parents:
-            click.echo(f"--- commit message:\n{plan.message}")
-        click.echo(f"--- PR title: {plan.title}\n--- PR body:\n{plan.body}")
+            click.echo(f"--- commit message:\n{plan.message}", err=err)
+        click.echo(f"--- PR title: {plan.title}\n--- PR body:\n{plan.body}", err=err)
         if outcome.dashboard:
-            click.echo(f"--- dashboard body:\n{outcome.dashboard}")
+            click.echo(f"--- dashboard body:\n{outcome.dashboard}", err=err)
+
+
+PR_JSON_KEYS = ("status", "against", "entries", "steps", "warnings", "pr_url", "dashboard_step", "files", "diff",
+                "commit_message", "title", "body", "dashboard", "stopped")  # fmt: skip
+
+
+def outcome_json(outcome: ShrinkOutcome) -> dict[str, Any]:
+    """``exportbot pr --json``: the facts :func:`print_outcome` prints (docs/audit-report.md, "exportbot pr --json")."""
+    plan = outcome.plan
+    proposed = {p.id for p in plan.selection.proposals}
+    return {
+        "status": "applied" if outcome.applied else "planned",
+        "against": outcome.against,
+        "entries": [{"id": entry_id, "in_pr": entry_id in proposed, "why": note}
+                    for entry_id, note in plan.selection.notes.items()],
+        "steps": _steps(outcome),
+        "warnings": list(outcome.warnings),
+        "pr_url": outcome.pr_url,
+        "dashboard_step": outcome.dashboard_step,
+        "files": sorted(path for path, (base, branch) in plan.changes.items() if base != branch),
+        "diff": outcome.diff,
+        "commit_message": plan.message or None,
+        "title": plan.title,
+        "body": plan.body,
+        "dashboard": outcome.dashboard,
+        "stopped": None,
+    }  # fmt: skip
+
+
+def stopped_json(stop: ShrinkStopped) -> dict[str, Any]:
+    """``exportbot pr --json`` after a stop (exit 1): ``status`` and ``stopped``; nothing was planned, so every
+    other key of :func:`outcome_json` is null."""
+    return dict.fromkeys(PR_JSON_KEYS) | {
+        "status": "stopped",
+        "stopped": {"step": stop.step, "problem": stop.problem, "written": list(stop.done),
+                    "rerun_completes": stop.rerun, "message": stop.explain()},
+    }  # fmt: skip
 
 
 def _load(config_file: Path | None, repository: str | None) -> tuple[BotConfig, Path]:
@@ -407,15 +453,16 @@ def _load(config_file: Path | None, repository: str | None) -> tuple[BotConfig, 
 def run_pr(
     report: Mapping[str, Any], *, apply: bool | None, github_url: str | None = None,
     token_env: str | None = None, repository: str | None = None, config_file: Path | None = None,
-    recreate: bool = False, local: bool = False,
+    recreate: bool = False, local: bool = False, as_json: bool = False, text_to_stderr: bool = False,
 ) -> int:  # fmt: skip
-    """What ``exportbot pr`` (and ``audit --open-prs``) does after reading the report; the exit code."""
+    """What ``exportbot pr`` (and ``audit --open-prs``) does after reading the report; the exit code.
+
+    ``as_json``: the outcome as JSON on stdout instead of the text; ``text_to_stderr``: the text on stderr."""
     config, root = _load(config_file, repository)
     if local and apply:
         raise UsageProblem("--local only plans (no network): it cannot go with --apply")
     token = None if local else _token_from_env(token_env)
     apply_now = False if local else should_apply(apply, token is not None)
-    console = Console()
     try:
         if local or (not apply_now and config.repository is None):
             outcome = plan_locally(report, config, root)
@@ -425,8 +472,15 @@ def run_pr(
         raise UsageProblem(str(error)) from None
     except ShrinkStopped as stop:
         click.echo(stop.explain(), err=True)
+        if as_json:
+            emit_json(stopped_json(stop))
         return EXIT_FAILED
-    print_outcome(outcome, console)
+    if as_json:
+        for warning in outcome.warnings:
+            click.echo(f"warning: {warning}", err=True)
+        emit_json(outcome_json(outcome))
+    else:
+        print_outcome(outcome, Console(stderr=text_to_stderr), err=text_to_stderr)
     return 0
 
 
@@ -456,6 +510,7 @@ def run_pr(
     is_flag=True,
     help="Reset the branch to the base plus one fresh exportbot commit, dropping other commits.",
 )
+@json_flag("the plan (a dry run) or what was written", 'docs/audit-report.md, "exportbot pr --json"')
 @github_url_option
 @token_env_option
 @click.option(
@@ -473,8 +528,9 @@ def run_pr(
     help="pyproject.toml with [tool.exportbot] [default: the nearest one].",
 )
 @report_errors
-def pr_command(report_file: Path, apply: bool | None, local: bool, recreate: bool, github_url: str | None,
-               token_env: str | None, repository: str | None, config_file: Path | None) -> None:  # fmt: skip
+def pr_command(report_file: Path, apply: bool | None, local: bool, recreate: bool, as_json: bool,
+               github_url: str | None, token_env: str | None, repository: str | None,
+               config_file: Path | None) -> None:  # fmt: skip
     """Open or update the one rolling PR removing the ledger entries REPORT found removable.
 
     Dry run unless --apply (or CI=true with a token): prints the plan, the unified diff and the PR body.
@@ -486,5 +542,5 @@ def pr_command(report_file: Path, apply: bool | None, local: bool, recreate: boo
     except ValueError as error:  # JSONDecodeError and ReportError
         raise UsageProblem(f"{report_file}: {error}") from None
     code = run_pr(report, apply=apply, github_url=github_url, token_env=token_env, repository=repository,
-                  config_file=config_file, recreate=recreate, local=local)  # fmt: skip
+                  config_file=config_file, recreate=recreate, local=local, as_json=as_json)  # fmt: skip
     click.get_current_context().exit(code)

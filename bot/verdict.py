@@ -8,9 +8,15 @@ Verdicts:
   or (a registered workaround, which records no failure) upstream closed as completed / merged. With the
   tracker unreachable (or the issue gone, 404) only a pin move counts: the re-run is the evidence and
   the unknown upstream is never read as "closed".
+* ``superseded``: a ledger entry's reproducer passes where nothing moved (as ``not-reproduced``), and
+  registered workarounds are shown to have taken its job over: for every export, a re-run of the
+  reproducer with workarounds that fired in its passing runs also disabled (``--without NAME``) fails with
+  an error the entry's ``failure`` matches. The bug is still there; the exporter handles it without the
+  ledger entry, which is proposed for removal like ``removable``, the superseding workarounds named.
 * ``not-reproduced``: a ledger entry's reproducer passes at versions the entry claims it fails at (it was
-  never seen failing, or nothing moved since it was): the entry or its reproducer is wrong, a human
-  looks, and no PR ever proposes a removal on that evidence.
+  never seen failing, or nothing moved since it was) and no registered workaround is shown to have taken
+  over: the entry or its reproducer is wrong, a human looks, and no PR ever proposes a removal on that
+  evidence.
 * ``still-needed``: every failing run failed with an error the entry's ``failure`` regex matches
   (``re.search``). A workaround records no regex: any failure without it counts, and the first error is
   shown in the reasons so a reviewer sees what it still prevents.
@@ -36,15 +42,17 @@ from bot.tracker import UpstreamState
 from exporters.ledger import LedgerEntry
 
 REMOVABLE = "removable"
+SUPERSEDED = "superseded"
 STILL_NEEDED = "still-needed"
 CHANGED = "changed"
 HUMAN = "human"
 NOT_REPRODUCED = "not-reproduced"
 UNKNOWN = "unknown"
 NOT_DUE = "not-due"
-VERDICTS = (REMOVABLE, STILL_NEEDED, CHANGED, HUMAN, NOT_REPRODUCED, UNKNOWN, NOT_DUE)
+VERDICTS = (REMOVABLE, SUPERSEDED, STILL_NEEDED, CHANGED, HUMAN, NOT_REPRODUCED, UNKNOWN, NOT_DUE)
+REMOVAL_VERDICTS = (REMOVABLE, SUPERSEDED)  # proposed for removal by the shrink PR; audit exit code 3
 # Verdicts backed by a re-run, worth remembering (a not-reproduced entry is not re-run every audit).
-RERUN_VERDICTS = (REMOVABLE, STILL_NEEDED, CHANGED, NOT_REPRODUCED)
+RERUN_VERDICTS = (REMOVABLE, SUPERSEDED, STILL_NEEDED, CHANGED, NOT_REPRODUCED)
 NEEDS_HUMAN = (CHANGED, HUMAN, NOT_REPRODUCED)  # listed under "needs a human"; audit exit code 4
 FAILED_BEFORE = (STILL_NEEDED, CHANGED)  # last verdicts that saw the entry's reproducer fail
 
@@ -55,6 +63,10 @@ class Verdict:
     verdict: str
     reasons: list[str]
     evidence: list[dict[str, Any]] = field(default_factory=list)
+    # ``superseded``: the registered workarounds whose disabling brings the recorded failure back, and every
+    # supersession probe tried (evidence, with ``without`` and whether it ``proves`` the takeover).
+    superseded_by: tuple[str, ...] = ()
+    supersession: list[dict[str, Any]] = field(default_factory=list)
 
 
 def evidence_of(outcome: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +83,7 @@ def evidence_of(outcome: dict[str, Any]) -> dict[str, Any]:
         "seconds": outcome.get("seconds"),
         "versions": dict(outcome.get("versions") or {}),
         "workaround_off": _workaround_off(outcome),
+        "workarounds_fired": sorted(outcome.get("workarounds_fired") or {}),
     }
 
 
@@ -105,13 +118,104 @@ def unproven_pass(subject: Subject, plan: Plan, outcome: dict[str, Any]) -> str 
     return f"it ran with {', '.join(wrong)}" if wrong else None
 
 
+# ── Superseded: registered workarounds took a ledger entry's job over ──
+def _export_key(outcome: dict[str, Any]) -> tuple[Any, Any, bool]:
+    return outcome.get("model"), outcome.get("backend"), bool(outcome.get("dynamic"))
+
+
+def proves_takeover(subject: Subject, outcome: dict[str, Any]) -> bool:
+    """Whether a supersession probe brought the entry's own failure back: the reproducer, re-run with some
+    registered workarounds disabled, failed with an error the entry's ``failure`` matches."""
+    return (
+        subject.failure is not None
+        and outcome.get("status") != PASS
+        and bool(outcome.get("workarounds_disabled"))
+        and re.search(subject.failure, _error_text(outcome)) is not None
+    )
+
+
+def next_superseders(
+    fired: Sequence[str], tried: Sequence[dict[str, Any]], preferred: Sequence[Sequence[str]] = ()
+) -> tuple[str, ...] | None:
+    """The next set of workarounds to disable in a supersession probe of one export, or None when none is left.
+
+    ``fired``: the workarounds that fired in the export's passing runs; ``tried``: the probes of this export
+    so far (outcome records, ``workarounds_disabled`` the set they disabled). In order: sets that proved a
+    takeover of another export of the entry (``preferred``; those holding a workaround fired here), each
+    fired workaround alone, then each tried set
+    plus one workaround that fired in that probe: with a workaround disabled, the one behind it may take over
+    (Flint's grouped-mm experts come back, and then the histc rewrite fires).
+    """
+    done = {frozenset(p.get("workarounds_disabled") or ()) for p in tried}
+    expansions = [
+        (*disabled, name)
+        for probe in tried
+        for disabled in [tuple(probe.get("workarounds_disabled") or ())]
+        for name in sorted(probe.get("workarounds_fired") or {})
+        if name not in disabled
+    ]
+    others = [names for names in preferred if set(names) & set(fired)]
+    for names in [*others, *((name,) for name in fired), *expansions]:
+        if names and frozenset(names) not in done:
+            return tuple(sorted(set(names)))
+    return None
+
+
+def _takeover(
+    subject: Subject, plan: Plan, outcomes: Sequence[dict[str, Any]], probes: Sequence[dict[str, Any]]
+) -> tuple[dict[tuple[Any, Any, bool], dict[str, Any]], list[str]]:
+    """Per export of ``subject``, the probe proving a takeover, and for each export without one, why.
+
+    A probe proves it when it ran the entry's reproducer as the passing runs did (ledger gate off, at the
+    planned versions), fails as the entry records, and disabled a workaround that fired in every passing
+    run of that export (so what it disabled is what made them pass).
+    """
+    proofs: dict[tuple[Any, Any, bool], dict[str, Any]] = {}
+    missing: list[str] = []
+    for export in subject.exports:
+        key = (export.model, export.backend, export.dynamic)
+        fired = [set(o.get("workarounds_fired") or {}) for o in outcomes if _export_key(o) == key]
+        mine = [p for p in probes if _export_key(p) == key]
+        proof = next(
+            (
+                p
+                for p in mine
+                if proves_takeover(subject, p)
+                and unproven_pass(subject, plan, p) is None
+                and fired
+                and all(set(p["workarounds_disabled"]) & f for f in fired)
+            ),
+            None,
+        )
+        if proof is not None:
+            proofs[key] = proof
+            continue
+        tried = "; ".join(
+            f"--without {' '.join(p.get('workarounds_disabled') or ())}: {p.get('status')}"
+            + ("" if p.get("status") == PASS else f" ({error_excerpt(p, 120)})")
+            for p in mine
+        )
+        what = (
+            f"tried {tried}" if tried
+            else "not probed" if any(fired)
+            else "no registered workaround fired in its passing runs to try"
+        )  # fmt: skip
+        missing.append(f"{export.model} ({export.mode}): {what}")
+    return proofs, missing
+
+
 def verdict(
     entry: LedgerEntry | Subject,
     plan: Plan,
     upstream_state: UpstreamState | None,
     outcomes: Sequence[dict[str, Any]],
+    probes: Sequence[dict[str, Any]] = (),
 ) -> Verdict:
-    """The verdict for one entry (or workaround); ``outcomes`` is empty when the plan was not due."""
+    """The verdict for one entry (or workaround); ``outcomes`` is empty when the plan was not due.
+
+    ``probes`` are the supersession probes of a ledger entry whose every run passed with nothing moved
+    (bot.rerun.probe_superseders): re-runs of its reproducer with registered workarounds disabled.
+    """
     entry = as_subject(entry)
     evidence = [evidence_of(o) for o in outcomes]
     state_word = describe_state(upstream_state)
@@ -181,15 +285,40 @@ def verdict(
     if needs_human(upstream_state):
         return Verdict(entry.id, HUMAN, [f"{passed}, but upstream {state_word}: a human decides"], evidence)
     if entry.kind == ENTRY and not (moved and plan.last_verdict in FAILED_BEFORE):
+        proofs, missing = _takeover(entry, plan, outcomes, probes)
+        tried = [evidence_of(p) | {"without": list(p.get("workarounds_disabled") or ()),
+                                   "proves": any(p is q for q in proofs.values())} for p in probes]  # fmt: skip
+        if proofs and not missing:
+            names = tuple(sorted({n for p in proofs.values() for n in p["workarounds_disabled"]}))
+            shown = "; ".join(
+                f"{model} ({'dynamic' if dynamic else 'static'}): with --without "
+                f"{' --without '.join(p['workarounds_disabled'])} it fails as recorded: {error_excerpt(p)}"
+                for (model, _, dynamic), p in proofs.items()
+            )
+            return Verdict(
+                entry.id,
+                SUPERSEDED,
+                [
+                    f"{passed} at {_stack(plan)} with no pin moved, and registered workarounds took over: "
+                    f"{', '.join(names)}",
+                    f"the bug is still there: {shown}",
+                    "the entry can go while they stay registered",
+                ],
+                evidence,
+                superseded_by=names,
+                supersession=tried,
+            )
+        takeover = f"; no registered workaround shown to take over: {'; '.join(missing)}" if probes else ""
         return Verdict(
             entry.id,
             NOT_REPRODUCED,
             [
                 f"{passed} at {_stack(plan)}, where the entry claims /{entry.failure}/ "
                 f"({_last_seen(plan.last_verdict)}); "
-                "fix the entry or its [entry.repro]: never removed on this evidence"
+                "fix the entry or its [entry.repro]: never removed on this evidence" + takeover
             ],
             evidence,
+            supersession=tried,
         )
     if moved or (upstream_state is not None and upstream_state.closed_as_fixed):
         return Verdict(entry.id, REMOVABLE, [f"{passed}; upstream {state_word}{explains}"], evidence)

@@ -21,6 +21,7 @@ from exporters.bundle import (
     SUMMARY_FILE,
     ComponentSpec,
     Manifest,
+    TracedInt,
     exportbot_identity,
     publish,
     staged_directory,
@@ -278,6 +279,17 @@ def _check_loaded(label: str, inputs: dict[str, Any], model: torch.nn.Module, lo
     return check
 
 
+def _why(item: Any) -> str:
+    """Why a traced constant of the bundle's output structure (``TracedInt``) differs from eager's."""
+    value = item[1] if isinstance(item, tuple) and len(item) == 2 else None
+    if not isinstance(value, TracedInt):
+        return ""
+    if value.expr is None:
+        return (f" ({item[0]} is a constant of the output structure, traced at the sample shape; it depends on a "
+                "size no input of the bundle carries, so the loader cannot recompute it: docs/export-format.md)")
+    return f" ({item[0]} recomputed from the inputs as {value.expr})"
+
+
 def structure_difference(eager: pytree.TreeSpec, loaded: pytree.TreeSpec, where: str = "output") -> str:
     """The first place where the loaded output's structure differs from eager's, or '' when it is the same:
     another class, other fields, or another constant attribute (a cache layer's length recorded at trace
@@ -293,7 +305,7 @@ def structure_difference(eager: pytree.TreeSpec, loaded: pytree.TreeSpec, where:
         if isinstance(eager.context, list) and isinstance(loaded.context, list) and len(eager.context) == len(loaded.context):
             for mine, theirs in zip(loaded.context, eager.context):
                 if mine != theirs:
-                    return f"{where}: {eager.type.__name__} {mine!r} in the bundle, {theirs!r} in eager"
+                    return f"{where}: {eager.type.__name__} {mine!r} in the bundle, {theirs!r} in eager" + _why(mine)
         return f"{where}: {eager.type.__name__} context {loaded.context!r} in the bundle, {eager.context!r} in eager"
     for index, (mine, theirs) in enumerate(zip(eager.children(), loaded.children())):
         difference = structure_difference(mine, theirs, f"{where}.{index}")

@@ -5,6 +5,8 @@ artifact file per component (single-graph exports: ``model``; generation exports
 ``decode``), the manifest, the model's ``config.json`` and its generation config. Bundles are written into
 a staging directory beside their destination and renamed into place only once validated from the written
 files (``staged_directory`` + ``publish``), so a destination is always either the old bundle or the new one.
+An export that fails in any way is recorded in one file beside the destination, ``<out>.failed.json``
+(``write_failure_record``), never inside it; publishing a bundle removes that record.
 """
 
 from __future__ import annotations
@@ -26,9 +28,33 @@ FORMAT = "exportbot-bundle"
 MANIFEST_FILE = "export.json"
 SUMMARY_FILE = "summary.json"
 DEFAULT_COMPONENT = "model"
+FAILURE_SUFFIX = ".failed.json"  # <out>.failed.json: the record of the last export into <out> that failed
 
 # The runtime each backend's artifact runs in (the ``runtime`` field of a component).
 RUNTIMES = {"dynamo": "torch.export", "onnx": "onnxruntime", "executorch": "executorch"}
+
+
+class TracedInt(int):
+    """A constant of an output structure that ``torch.export`` traced as an expression of the input sizes.
+
+    A cache layer keeps scalars beside its tensors (a sliding-window layer's ``cumulative_length``: the
+    tokens seen so far). They are not outputs of the graph but constants of its output spec, so the export
+    can only store the value they had at the sample shape. This int is that value (and equals it, so specs
+    compare as before) and also carries ``expr``: the expression it was traced as, in the program's
+    symbols while exporting and in the manifest's dim names once described (``"sequence"``), or None when
+    it depends on a size no input carries. ``exporters.load`` evaluates ``expr`` at the caller's sizes
+    when it rebuilds the outputs.
+    """
+
+    expr: str | None
+
+    def __new__(cls, value: int, expr: str | None) -> TracedInt:
+        traced = super().__new__(cls, value)
+        traced.expr = expr
+        return traced
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copies and pickles keep the expression
+        return (TracedInt, (int(self), self.expr))
 
 
 class BundleError(ValueError):
@@ -227,11 +253,27 @@ def write_model_configs(directory: Path, model: Any) -> dict[str, str | None]:
 
 
 # ── Staging and publishing ──
+def check_replaceable(destination: Path) -> None:
+    """``destination`` may be replaced by a bundle: it does not exist, is an empty directory, or is a bundle.
+    Publishing replaces the directory as a whole, so anything else in it (``--out .``) would be deleted."""
+    destination = Path(destination)
+    if not destination.exists():
+        return
+    if not destination.is_dir():
+        raise BundleError(f"{destination}: exists and is not a directory")
+    if any(destination.iterdir()) and not (destination / MANIFEST_FILE).is_file():
+        raise BundleError(
+            f"{destination}: not empty and not an export bundle (no {MANIFEST_FILE}); a bundle replaces its "
+            "directory as a whole, so choose a new or empty directory, or an earlier bundle's"
+        )
+
+
 @contextlib.contextmanager
 def staged_directory(destination: Path) -> Iterator[Path]:
     """A fresh directory beside ``destination`` (same file system, so ``publish`` is a rename); removed
     when the block raises or leaves it unpublished."""
     destination = Path(destination)
+    check_replaceable(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.staging-", dir=destination.parent))
     try:
@@ -243,8 +285,10 @@ def staged_directory(destination: Path) -> Iterator[Path]:
 
 def publish(staging: Path, destination: Path) -> Path:
     """Move a finished bundle into place. An existing destination is renamed aside first and removed only
-    after the new bundle is in place, so at every moment ``destination`` is the old bundle or the new one."""
+    after the new bundle is in place, so at every moment ``destination`` is the old bundle or the new one.
+    The record of an earlier failed export into ``destination`` goes: it no longer describes what is there."""
     destination = Path(destination)
+    check_replaceable(destination)
     aside = None
     if destination.exists():
         aside = Path(tempfile.mkdtemp(prefix=f".{destination.name}.previous-", dir=destination.parent))
@@ -258,4 +302,23 @@ def publish(staging: Path, destination: Path) -> Path:
         raise
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
+    failure_record_path(destination).unlink(missing_ok=True)
     return destination
+
+
+# ── Failure records ──
+def failure_record_path(destination: Path) -> Path:
+    """Where a failed export into ``destination`` is recorded: ``<destination>.failed.json``, beside it."""
+    destination = Path(destination)
+    return destination.with_name(destination.name + FAILURE_SUFFIX)
+
+
+def write_failure_record(destination: Path, record: dict[str, Any]) -> Path:
+    """Record a failed export into ``destination`` beside it (whole file: a temporary file renamed into
+    place); ``destination`` itself, the previous bundle or nothing, is not touched."""
+    path = failure_record_path(destination)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    temporary.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    os.replace(temporary, path)
+    return path

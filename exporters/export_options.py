@@ -361,10 +361,8 @@ def build_model(model: str, options: ExportOptions, seed: int, dtype: torch.dtyp
     Checkpoint weights are loaded when the directory has them (and, for a hub id, with ``--pretrained``);
     otherwise the model is random-initialised from its config under ``seed``.
     """
-    import transformers
-
     from exporters import hub
-    from exporters.tiny import build_tiny, model_class, sample_inputs
+    from exporters.tiny import build_tiny, sample_inputs
 
     class_name = resolve_class_name(model, options.task)
     notes: list[str] = []
@@ -374,22 +372,33 @@ def build_model(model: str, options: ExportOptions, seed: int, dtype: torch.dtyp
                           image_size=options.image_size)
         built, inputs = tiny.model, tiny.inputs
     else:
-        source: str | Path = path if path.is_dir() else model
-        cls = model_class(class_name)
-        local = path.is_dir()
-        config = transformers.AutoConfig.from_pretrained(source, local_files_only=local or hub.local_only())
-        if (local and _has_weights(path)) or (not local and options.pretrained):
-            built = cls.from_pretrained(source, local_files_only=local or hub.local_only())
-            notes.append(f"weights loaded from {model}")
-        else:
-            torch.manual_seed(seed)
-            built = cls(config)
-            notes.append(f"random weights (seed {seed}) from {model}'s config" + ("" if local else "; --pretrained loads its weights"))
-        built.eval()
+        built, note = load_checkpoint(model, class_name, seed, pretrained=options.pretrained)
+        notes.append(note)
         inputs = sample_inputs(built, batch=options.batch_size, sequence=options.sequence_length, seed=seed)
         inputs = options.resized_images(inputs, seed)
     built, inputs = options.cast(built, inputs, dtype)
     return BuiltModel(built, inputs, class_name, notes)
+
+
+def load_checkpoint(model: str, class_name: str, seed: int, pretrained: bool = False) -> tuple[torch.nn.Module, str]:
+    """A checkpoint directory or hub id built as ``class_name`` (``resolve_class_name``: its ``--task`` head), in
+    eval mode, and a note saying where its weights came from: the directory's own when it has them (a hub id's
+    with ``pretrained``), else random from its config under ``seed``, the same on every call."""
+    import transformers
+
+    from exporters import hub
+    from exporters.tiny import model_class
+
+    path = Path(model)
+    local = path.is_dir()
+    source: str | Path = path if local else model
+    cls = model_class(class_name)
+    config = transformers.AutoConfig.from_pretrained(source, local_files_only=local or hub.local_only())
+    if (local and _has_weights(path)) or (not local and pretrained):
+        return cls.from_pretrained(source, local_files_only=local or hub.local_only()).eval(), f"weights loaded from {model}"
+    torch.manual_seed(seed)
+    note = f"random weights (seed {seed}) from {model}'s config" + ("" if local else "; --pretrained loads its weights")
+    return cls(config).eval(), note
 
 
 def _has_weights(directory: Path) -> bool:

@@ -26,6 +26,7 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import Dim, ExportedProgram
 
+from exporters import pt2_loading  # noqa: F401  (registers the pt2-load patches validation's load installs)
 from exporters.base import (
     ExportMetadata,
     ExportResult,
@@ -35,7 +36,7 @@ from exporters.base import (
     package_versions,
     start_export,
 )
-from exporters.bundle import RUNTIMES
+from exporters.bundle import RUNTIMES, TracedInt
 from exporters.signature import describe_component, output_structure
 from exporters.tiny import resized_mask
 from exporters.utils import installed_patches, tracking_hits
@@ -219,10 +220,16 @@ def _flatten_to_context(obj: Any) -> tuple[list[Any], list[tuple[str, Any]]]:
 
 
 def _concrete(value: Any) -> Any:
-    """A traced SymInt/SymFloat/SymBool as its sample-shape value (its hint); anything else unchanged."""
+    """A traced SymInt/SymFloat/SymBool as its sample-shape value (its hint), a SymInt as a ``TracedInt``
+    that also keeps the expression it was traced as (the loader recomputes it at the caller's sizes);
+    anything else unchanged."""
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         hint = value.node.hint
-        return value if hint is None else type(hint)(hint)
+        if hint is None:
+            return value
+        if isinstance(value, torch.SymInt):
+            return TracedInt(int(hint), str(value.node.expr))
+        return type(hint)(hint)
     return value
 
 
@@ -292,6 +299,8 @@ def _dumpable_context(context: list[tuple[str, Any]]) -> str:
     def encode(value: Any) -> Any:
         if value is _CHILD:
             return {"child": True}
+        if isinstance(value, TracedInt):
+            return {"traced": [int(value), value.expr]}
         if isinstance(value, torch.dtype):
             return {"dtype": str(value).removeprefix("torch.")}
         if isinstance(value, torch.device):
@@ -314,6 +323,8 @@ def _loaded_context(dumped: str) -> list[tuple[str, Any]]:
         (kind, content), = value.items()
         if kind == "child":
             return _CHILD
+        if kind == "traced":
+            return TracedInt(*content)
         if kind == "dtype":
             return getattr(torch, content)
         if kind == "device":

@@ -44,6 +44,7 @@ from exporters.exporter_dynamo import (
 )
 from exporters.fx_rewrites import (
     count_histc_by_comparison,
+    drop_tensor_check,
     make_reshape_input_contiguous,
     spell_out_tanh_gelu,
     split_complex_arithmetic,
@@ -459,6 +460,20 @@ def _fix_histc_not_core_aten(graph_module: torch.fx.GraphModule, node: torch.fx.
     ATen opset`` and ExecuTorch has no decomposition for it. The rewrite bins exactly as ATen's CPU kernel does.
     """
     return count_histc_by_comparison(graph_module, node)
+
+
+@register_fx_node_fix("executorch", upstream="https://github.com/pytorch/pytorch/issues/158113", dependency="executorch")
+def _fix_tensor_check_not_core_aten(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Drop traced ``torch._check_tensor_all`` assertions: ``aten._is_all_true`` is not in the Core ATen opset.
+
+    transformers' ``torch_compilable_check(tensor_cond, ...)`` (Llava's check that the image placeholders match
+    the image features, in every vision-language prefill) traces to ``_is_all_true`` → ``item`` → ``sym_ite`` →
+    ``_assert_scalar``; ExecuTorch's edge verifier rejects it with ``Operator
+    torch._ops.aten._is_all_true.default is not in Core ATen opset`` (and ``sym_ite`` after it). The chain only
+    raises on inputs the model refuses, computes no value, and torch.onnx drops the same assertion (the ONNX
+    twin, ``_aten_is_all_true``, only has to translate the op).
+    """
+    return drop_tensor_check(graph_module, node)
 
 
 @register_fx_node_fix(

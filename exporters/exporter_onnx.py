@@ -232,8 +232,11 @@ def _patch_sdpa_boolean_mask(original: Callable) -> Callable:
              *args: Any, **kwargs: Any) -> torch.Tensor:  # fmt: skip
         if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
             return original(query, key, value, attn_mask, *args, **kwargs)
-        blocked = torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device)
-        additive = blocked.masked_fill(attn_mask.logical_not(), torch.finfo(query.dtype).min)
+        # From 0-d tensors only: a zeros tensor of the mask's shape becomes one (batch, 1, query, key)
+        # initializer per layer in a static graph, and one ``Where`` per layer that CSE cannot merge.
+        kept = torch.zeros((), dtype=query.dtype, device=query.device)
+        lowest = torch.full((), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device)
+        additive = torch.where(attn_mask, kept, lowest)
         output = original(query, key, value, additive, *args, **kwargs)
         return output * attn_mask.any(dim=-1, keepdim=True).to(output.dtype)
 

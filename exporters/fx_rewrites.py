@@ -115,6 +115,35 @@ def count_histc_by_comparison(graph_module: torch.fx.GraphModule, node: torch.fx
     return True
 
 
+_ASSERTS = (torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.msg, torch.ops.aten._assert_async.default)
+
+
+def drop_tensor_check(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Remove a traced ``torch._check_tensor_all(cond)``: ``_is_all_true(cond)`` and the runtime assertion it
+    feeds (``item`` → ``sym_ite`` → comparisons → ``_assert_scalar``), when that assertion is all it feeds.
+
+    The check guards the model's inputs (it raises, it computes nothing); ``cond`` itself is left to dead-code
+    elimination. Returns True when it removed the chain, False when any of it feeds a real value.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten._is_all_true.default:
+        return False
+    chain, frontier = [node], [node]
+    while frontier:
+        current = frontier.pop()
+        for user in current.users:
+            if user not in chain:
+                chain.append(user)
+                frontier.append(user)
+    if any(n.op != "call_function" for n in chain) or not any(n.target in _ASSERTS for n in chain):
+        return False
+    if any(n.target in _ASSERTS and n.users for n in chain):
+        return False
+    order = {n: i for i, n in enumerate(graph_module.graph.nodes)}
+    for dead in sorted(chain, key=order.__getitem__, reverse=True):
+        graph_module.graph.erase_node(dead)
+    return True
+
+
 # ── Complex arithmetic as pairs of reals ──
 _REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float16}
 

@@ -47,6 +47,7 @@ __all__ = [
 
 DECODER_ONLY = "decoder-only"
 ENCODER_DECODER = "encoder-decoder"
+IMAGE_INPUT = "pixel_values"  # a vision-language model's prefill input (vision encoder + projector inside)
 
 
 @dataclass
@@ -139,6 +140,8 @@ class DecoderOnlyStep(torch.nn.Module):
             kwargs["position_ids"] = _positions(attention_mask, input_ids.shape[1])
         if self.logits_to_keep:
             kwargs["logits_to_keep"] = 1
+        if IMAGE_INPUT in inputs:  # a vision-language prefill: the model merges image features into its embeds
+            kwargs[IMAGE_INPUT] = inputs[IMAGE_INPUT]
         out = self.model(**kwargs)
         present = _flat_cache(out.past_key_values, "present")
         if not self.with_past:
@@ -241,7 +244,9 @@ def plan_components(
     of the cache's ``cat`` (``Min(8*past + 8, 16*past + 16) == 8*past + 8``, true for every past length) as a
     constraint violation; ``Dim.AUTO`` keeps the same dynamic dim without asking the solver to prove it.
     """
-    static = static_batch(config, backend)
+    # A vision tower hands back one feature tensor per image (a Python list over the batch), so torch.export
+    # specialises the batch of a vision-language prefill: its bundles keep the sample's batch.
+    static = static_batch(config, backend) or IMAGE_INPUT in inputs
     batch: Any = Dim.STATIC if static else Dim("batch", min=1, max=config.max_batch)
     inputs = dict(inputs)
     if "attention_mask" not in inputs and "input_ids" in inputs:
@@ -285,6 +290,8 @@ def _plan_decoder_only(model: torch.nn.Module, inputs: dict[str, Any], batch: An
         return {"input_ids": token, "attention_mask": mask, **_as_past(first, "present_")}
 
     prompt = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
+    if IMAGE_INPUT in inputs:
+        prompt[IMAGE_INPUT] = inputs[IMAGE_INPUT]
     if prompt["input_ids"].shape[1] < 2:
         raise ValueError("sample prompts must be at least 2 tokens long: torch.export specialises a size of 1")
     second = _second_prompt(prompt, ("input_ids", "attention_mask"), static_batch)
@@ -297,7 +304,8 @@ def _plan_decoder_only(model: torch.nn.Module, inputs: dict[str, Any], batch: An
     }
     return [
         ComponentPlan("prefill", prefill, prompt,
-                      {"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence}}, second),
+                      {"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence},
+                       **({IMAGE_INPUT: {0: batch}} if IMAGE_INPUT in prompt else {})}, second),
         ComponentPlan("decode", DecoderOnlyStep(model, with_past=True).eval(), step, decode_spec,
                       decode_inputs(second)),
     ]
@@ -362,7 +370,7 @@ def cache_layout(model: torch.nn.Module, plans: list[ComponentPlan], config: Gen
         "components": [p.name for p in plans],
         "layers": layers,
         "max_cache_len": config.max_cache_len,
-        "batch": "static" if static_batch(config, backend) else "dynamic",
+        "batch": "static" if static_batch(config, backend) or IMAGE_INPUT in plans[0].inputs else "dynamic",
         "batch_size": int(sample.shape[0]),
         "self_attention": {
             "inputs": "past_{key,value}_{layer}",
@@ -375,6 +383,12 @@ def cache_layout(model: torch.nn.Module, plans: list[ComponentPlan], config: Gen
         "eos_token_id": _eos(model),
         "pad_token_id": _pad(model),
     }
+    if IMAGE_INPUT in plans[0].inputs:
+        layout["image_input"] = {
+            "name": IMAGE_INPUT, "shape": list(plans[0].inputs[IMAGE_INPUT].shape[1:]),
+            "image_token_id": image_token_id(model), "tokens_per_image": tokens_per_image(model),
+            "where": "prefill only: the vision encoder and projector run inside prefill; decode is text-only",
+        }
     if kind == ENCODER_DECODER:
         cross = decode.inputs["past_cross_key_0"]
         layout["encoder_input"] = next(n for n in plans[0].inputs if n in ("input_ids", "input_features"))
@@ -412,6 +426,8 @@ def _pad(model: torch.nn.Module) -> int | None:
 def sample_prompts(model: torch.nn.Module, batch: int = 2, prompt_length: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
     """Generation inputs for ``model`` (see ``make_prompts``)."""
     kind = generation_kind(model)
+    if kind == DECODER_ONLY and image_token_id(model) is not None:
+        return image_prompts(model, batch, prompt_length, seed)
     speech = kind == ENCODER_DECODER and "input_features" in inspect.signature(model.forward).parameters
     return make_prompts(kind, "input_features" if speech else "input_ids", model.config, _pad(model),
                         batch, prompt_length, seed)
@@ -441,3 +457,51 @@ def make_prompts(kind: str, encoder_input: str, config: Any, pad: int | None, ba
             mask[row, index] = 0
             ids[row, index] = pad if pad is not None else 0
     return {"input_ids": ids, "attention_mask": mask}
+
+
+# ── Vision-language models: one image per row, its placeholder tokens in the prompt ──
+def image_token_id(model: torch.nn.Module) -> int | None:
+    """The image placeholder token of a vision-language model whose forward takes ``pixel_values``, else None."""
+    config = model.config
+    token = getattr(config, "image_token_id", getattr(config, "image_token_index", None))
+    has_vision = getattr(config, "vision_config", None) is not None and _accepts(model, IMAGE_INPUT)
+    return int(token) if token is not None and has_vision else None
+
+
+def tokens_per_image(model: torch.nn.Module) -> int:
+    """Placeholder tokens one image takes: the rows of its projected features (one eager vision forward)."""
+    vision = model.config.vision_config
+    pixels = torch.zeros(1, vision.num_channels, vision.image_size, vision.image_size)
+    with torch.no_grad():
+        features = model.get_image_features(pixel_values=pixels)
+    features = getattr(features, "pooler_output", features)
+    first = features[0] if isinstance(features, (list, tuple)) else features.reshape(-1, features.shape[-1])
+    return int(first.shape[0])
+
+
+def image_prompts(model: torch.nn.Module, batch: int = 2, prompt_length: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Prompts of a vision-language model (see ``make_image_prompts``)."""
+    vision = model.config.vision_config
+    return make_image_prompts(image_token_id(model), tokens_per_image(model), (vision.num_channels, vision.image_size,
+                              vision.image_size), model.config.get_text_config(decoder=True).vocab_size, _pad(model),
+                              batch, prompt_length, seed)
+
+
+def make_image_prompts(token: int, count: int, pixels: tuple[int, ...], vocab: int, pad: int | None, batch: int = 2,
+                       prompt_length: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
+    """``2`` lead tokens, one image's ``count`` placeholders, ``prompt_length`` text tokens per row; row ``i > 0``
+    is left-padded over its lead tokens (so prompts differ in length and every row keeps its whole image), and
+    random ``pixel_values`` of shape ``pixels`` per row. The lead tokens are what the second validation shape
+    cuts. A bundle's manifest has every argument (``generation.image_input``), so prompts need no model."""
+    if prompt_length < 1 or batch < 1:
+        raise ValueError(f"prompt_length and batch must be at least 1, got {prompt_length}, {batch}")
+    generator = torch.Generator().manual_seed(seed)
+    lead = 2
+    ids = torch.randint(3, vocab, (batch, lead + count + prompt_length), generator=generator)
+    ids[ids == token] = 3 if token != 3 else 4  # no stray placeholder among the text tokens
+    ids[:, lead:lead + count] = token
+    mask = torch.ones_like(ids)
+    for row in range(1, batch):
+        mask[row, :lead] = 0
+        ids[row, :lead] = pad if pad is not None else 0
+    return {"input_ids": ids, "attention_mask": mask, IMAGE_INPUT: torch.randn(batch, *pixels, generator=generator)}

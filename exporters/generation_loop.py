@@ -141,7 +141,10 @@ def _prompt(layout: Mapping[str, Any], inputs: Mapping[str, torch.Tensor]) -> tu
     if layout["kind"] == "decoder-only":
         ids = inputs["input_ids"]
         mask = inputs.get("attention_mask")
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids) if mask is None else mask}, {}
+        prompt = {"input_ids": ids, "attention_mask": torch.ones_like(ids) if mask is None else mask}
+        if "pixel_values" in inputs:  # a vision-language prefill (docs/generation.md)
+            prompt["pixel_values"] = inputs["pixel_values"]
+        return prompt, {}
     name = layout["encoder_input"]
     if name not in inputs:
         raise ValueError(f"this model's prefill takes {name!r}")
@@ -168,7 +171,7 @@ def generate(bundle: Any, input_ids: torch.Tensor | None = None, **kwargs: Any) 
 
 def _prompt_inputs(input_ids: torch.Tensor | None, kwargs: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The prompt tensors among ``generate``'s arguments (removed from ``kwargs``, which keeps the options)."""
-    inputs = {name: kwargs.pop(name) for name in ("attention_mask", "input_features") if name in kwargs}
+    inputs = {name: kwargs.pop(name) for name in ("attention_mask", "input_features", "pixel_values") if name in kwargs}
     inputs = {name: value for name, value in inputs.items() if value is not None}
     if input_ids is not None:
         inputs["input_ids"] = input_ids

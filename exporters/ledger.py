@@ -145,7 +145,7 @@ class Repro:
 
     def modes(self, scope: str) -> list[bool]:
         """The ``dynamic`` flags to re-run: the scope's, narrowed by ``export.dynamic`` when given."""
-        modes = {"all": [False, True], "static": [False], "dynamic": [True]}[scope]
+        modes = {"all": [False, True], "static": [False], "dynamic": [True], "generate": [True]}[scope]
         return [self.export["dynamic"]] if "dynamic" in self.export else modes
 
 

@@ -5,7 +5,8 @@ their transformers module is imported; caches are registered the way the Dynamo 
 opens one runner per component, and on each call checks the arguments against the manifest before the
 runtime sees them: a missing or unexpected input, a wrong dtype or rank, a static dim of another size, a
 dynamic dim outside its range, or two dims that share a name but not a size each fail with one line
-naming the input and dim. Outputs are rebuilt with the manifest's output spec.
+naming the input and dim. Outputs are rebuilt with the manifest's output spec, whose traced constants (a
+sliding-window cache layer's ``cumulative_length``: ``TracedInt``) are recomputed at the call's dim sizes.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+import sympy
 import torch
 import torch.utils._pytree as pytree
 
-from exporters.bundle import DEFAULT_COMPONENT, ComponentSpec, Manifest, read_manifest
+from exporters.bundle import DEFAULT_COMPONENT, ComponentSpec, Manifest, TracedInt, read_manifest
 from exporters.runners import open_runner
-from exporters.signature import dtype_name
+from exporters.signature import dtype_name, map_traced_constants
 from exporters.validation import leaf_name
 
 __all__ = ["ExportedComponent", "ExportedModel", "InputError", "load", "register_bundle_types"]
@@ -80,6 +82,7 @@ class ExportedComponent:
         self.out_spec = pytree.treespec_loads(spec.out_spec)
         placeholder = pytree.tree_unflatten([0] * self.in_spec.num_leaves, self.in_spec)
         self.leaf_names = [leaf_name(path) for path, _ in pytree.tree_flatten_with_path(placeholder)[0]]
+        self.has_traced_constants = map_traced_constants(self.out_spec, lambda value: value) is not self.out_spec
         self.runner = open_runner(directory, spec)
 
     @property
@@ -94,7 +97,16 @@ class ExportedComponent:
                 f"{self.spec.file} returned {len(outputs)} outputs; the manifest's output structure has "
                 f"{self.out_spec.num_leaves}"
             )
-        return pytree.tree_unflatten(outputs, self.out_spec)
+        out_spec = self.out_spec
+        if self.has_traced_constants:
+            sizes = self.dim_sizes(feed)
+            out_spec = map_traced_constants(out_spec, lambda value: _evaluated(value, sizes))
+        return pytree.tree_unflatten(outputs, out_spec)
+
+    def dim_sizes(self, feed: dict[str, torch.Tensor]) -> dict[str, int]:
+        """The size of every named dim in this call (the inputs were checked: one size per name)."""
+        return {dim: int(size) for spec in self.spec.inputs for dim, size in zip(spec.shape, feed[spec.name].shape)
+                if isinstance(dim, str) and dim in self.spec.dims}
 
     def check_inputs(self, kwargs: dict[str, Any]) -> dict[str, torch.Tensor]:
         """The leaves to feed, by manifest name, after checking every argument against the manifest."""
@@ -155,6 +167,18 @@ class ExportedComponent:
 
     def _takes(self) -> str:
         return f"{self.spec.file} takes {', '.join(self.spec.arguments)}"
+
+
+def _evaluated(value: TracedInt, sizes: dict[str, int]) -> TracedInt:
+    """``value`` at ``sizes``: its expression evaluated, or its export-time value where the expression
+    names a dim the call has no size for (or none at all)."""
+    if value.expr is None:
+        return value
+    expr = sympy.sympify(value.expr, locals={name: sympy.Symbol(name) for name in sizes})
+    if any(str(symbol) not in sizes for symbol in expr.free_symbols):
+        return value
+    return TracedInt(int(expr.xreplace({sympy.Symbol(name): sympy.Integer(size) for name, size in sizes.items()})),
+                     value.expr)
 
 
 class ExportedModel:

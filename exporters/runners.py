@@ -54,10 +54,13 @@ class ExecutorchRunner:
 
 class TorchExportRunner:
     """``torch.export.load`` of the ``.pt2``; its module is called with the arguments rebuilt from the leaves
-    (the loader registered the pytree types the program's specs name before this runs)."""
+    (the loader registered the pytree types the program's specs name before this runs). The file is read
+    with ``exporters.pt2_loading.load_program``: torch's own load, without its repeated work."""
 
     def __init__(self, path: Path, spec: ComponentSpec):
-        self.module = torch.export.load(str(path)).module()
+        from exporters.pt2_loading import load_program
+
+        self.module = load_program(path).module()
         self.in_spec = pytree.treespec_loads(spec.in_spec)
         self.names = [t.name for t in spec.inputs]
 

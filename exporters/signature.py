@@ -10,7 +10,7 @@ artifact, the manifest and the loader's checks say the same thing.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import sympy
@@ -18,10 +18,11 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from exporters.bundle import ComponentSpec, DimRange, TensorSpec
+from exporters.bundle import ComponentSpec, DimRange, TensorSpec, TracedInt
 from exporters.validation import leaf_name
 
-__all__ = ["describe_component", "dtype_name", "output_structure", "pytree_type_names", "user_input_placeholders"]
+__all__ = ["describe_component", "dtype_name", "map_traced_constants", "output_structure", "pytree_type_names",
+           "user_input_placeholders"]
 
 # (leaf name, dim index) → role. The role names the dim only when the program left it symbolic. Leaves of a
 # cache (``past_key_values.…``) and encoder outputs are matched by their first path part.
@@ -138,6 +139,17 @@ class _DimNamer:
         upper = int(bounds.upper) if isinstance(bounds.upper, sympy.Integer) else None
         return DimRange(lower, upper)
 
+    def traced(self, value: TracedInt) -> TracedInt:
+        """A traced constant with its expression in dim names; ``expr`` None when a symbol it depends on
+        is no named dim (no input or output size carries it, so a loader cannot recompute it)."""
+        if value.expr is None:
+            return value
+        expr = sympy.sympify(value.expr)
+        by_name = {str(symbol): name for symbol, name in self.names.items()}
+        if any(str(symbol) not in by_name for symbol in expr.free_symbols):
+            return TracedInt(int(value), None)
+        return TracedInt(int(value), str(expr.xreplace({s: sympy.Symbol(by_name[str(s)]) for s in expr.free_symbols})))
+
     def shape(self, sizes: Any, leaf: str) -> list[int | str]:
         shape: list[int | str] = []
         for index, size in enumerate(sizes):
@@ -150,6 +162,27 @@ class _DimNamer:
             renamed = expr.xreplace({s: sympy.Symbol(self.names[s]) for s in expr.free_symbols})
             shape.append(str(renamed))
         return shape
+
+
+def map_traced_constants(spec: pytree.TreeSpec, function: Callable[[TracedInt], TracedInt]) -> pytree.TreeSpec:
+    """``spec`` with ``function`` applied to every ``TracedInt`` of a walked type's context
+    (``[(attribute, value), …]``); ``spec`` itself when it holds none. The manifest writer names their
+    expressions; the loader evaluates them at each call's sizes."""
+    if spec.is_leaf():
+        return spec
+    old_children = spec.children()
+    children = [map_traced_constants(child, function) for child in old_children]
+    context = spec.context
+    traced = isinstance(context, list) and any(_is_traced(item) for item in context)
+    if not traced and all(new is old for new, old in zip(children, old_children)):
+        return spec
+    if traced:
+        context = [(item[0], function(item[1])) if _is_traced(item) else item for item in context]
+    return pytree.TreeSpec(spec.type, context, children)
+
+
+def _is_traced(item: Any) -> bool:
+    return isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], TracedInt)
 
 
 def describe_component(
@@ -180,6 +213,7 @@ def describe_component(
     ]
     if len(output_specs) != len(out_flat):
         raise ValueError("the program returns non-tensor leaves; a bundle's outputs must all be tensors")
+    out_spec = map_traced_constants(out_spec, namer.traced)
     return ComponentSpec(
         file=file,
         runtime=runtime,

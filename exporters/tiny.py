@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,6 +31,7 @@ VOCAB = 256
 IMAGE = 32
 PATCH = 8
 AUDIO_SAMPLES = 1600
+CHOICES = 2  # multiple-choice heads: candidate answers per example
 
 # ── Config shrinking rules: field name → new value (callables receive the old value) ──
 HEAD_DIM = HIDDEN // HEADS
@@ -66,6 +67,7 @@ _NONE_FILL = {
     # Left for the checkpoint to set although every layer builds with them (DiffusionGemma's router, Hiera's decoder).
     "num_experts": EXPERTS, "top_k_experts": 2, "moe_intermediate_size": INTERMEDIATE, "decoder_hidden_size": HIDDEN,
     "decoder_depth": 1, "decoder_num_heads": HEADS,
+    "prediction_length": 4,  # time-series forecasters (the context length defaults to it)
 }
 _FIXED: dict[str, Any] = {
     "max_position_embeddings": lambda old: min(old, 128) if isinstance(old, int) else old,
@@ -81,6 +83,7 @@ _FIXED: dict[str, Any] = {
     "num_latents": lambda old: min(old, 16) if isinstance(old, int) else old,  # Perceiver latent array
     # Detection queries pick the top-k of the encoder's anchors, of which a 32-pixel image has a few dozen.
     "num_queries": lambda old: min(old, 10) if isinstance(old, int) else old,
+    "context_length": lambda old: min(old, 32) if isinstance(old, int) else old,  # time series (TimesFm: 16,384)
 }
 MAX_LAYERS = 8  # hybrid stacks keep the shortest prefix holding every layer kind, up to this many layers
 
@@ -118,7 +121,9 @@ def shrink_config(config: Any, keep_stage_widths: bool = False) -> Any:
     import copy
 
     for name, sub in _sub_configs(config):
+        old_sizes = (vars(sub).get("patch_size"), _width(sub))
         setattr(config, name, shrink_config(sub, keep_stage_widths))
+        _follow_sub_config(config, old_sizes, getattr(config, name))
     before = {k: v for k, v in vars(config).items() if not isinstance(v, torch.nn.Module)}
     before = copy.deepcopy({k: v for k, v in before.items() if k not in dict(_sub_configs(config))})
     per_layer = _per_layer_overrides(config)
@@ -127,6 +132,19 @@ def shrink_config(config: Any, keep_stage_widths: bool = False) -> Any:
         layers = next((vars(config)[f] for f in _LAYER_FIELDS if isinstance(vars(config).get(f), int)), 0)
         per_layer = {i: _shrunk_overrides(o) for i, o in per_layer.items() if i < layers}
     return _fill_missing(_rebuild(config, before, per_layer))
+
+
+def _follow_sub_config(config: Any, old_sizes: tuple[Any, int], sub: Any) -> None:
+    """A parent's copies of its sub-config's sizes follow the shrunk sub-config: the ``patch_size`` it reshapes
+    the backbone's tokens by, the ``*_hidden_size`` channels it reads from it (DepthAnything's
+    ``reassemble_hidden_size``), when they equal the sub-config's full-size values."""
+    old_patch, old_width = old_sizes
+    fields = vars(config)
+    if fields.get("patch_size") == old_patch != vars(sub).get("patch_size"):
+        config.patch_size = vars(sub)["patch_size"]
+    for name in list(fields):
+        if name.endswith("hidden_size") and name not in _HIDDEN_FIELDS and fields[name] == old_width != _width(sub):
+            setattr(config, name, _width(sub))
 
 
 def _fill_missing(config: Any) -> Any:
@@ -241,6 +259,12 @@ def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
             setattr(config, name, widths)  # a list: models prepend to it (ConvNext's backbone), tuples refuse
             if fields.get("stem_out_channels") == old_first:  # the stem feeds the first stage (TextNet)
                 config.stem_out_channels = fields[name][0]
+    shrink = fields.get("channel_shrink_ratio")
+    if isinstance(shrink, int) and width:  # LiLT: six box embeddings of hidden // 6 and a layout stream of
+        step = math.lcm(6, shrink * fields.get("num_attention_heads", HEADS))  # hidden // ratio, split in heads
+        for name in _HIDDEN_FIELDS:
+            if isinstance(fields.get(name), int):
+                setattr(config, name, -(-fields[name] // step) * step)
     if isinstance(fields.get("dim_bbox"), int):  # Bros: hidden // 4 // dim_bbox sinusoid dims, at least 2
         for name in _HIDDEN_FIELDS:
             if isinstance(fields.get(name), int):
@@ -260,6 +284,8 @@ def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
         side = 2 ** (int(math.log2(fields["max_position_embeddings"])) // 2)  # Reformer: the factors multiply to it
         config.axial_pos_shape = type(shape)([side, fields["max_position_embeddings"] // side])
     _truncate_per_layer_lists(config, old_layers)
+    _shrink_out_indices(config, old_layers)
+    _fit_ssm_heads(config)
     _shrink_rope_sections(config)
     _shrink_images(config)
     _clamp_token_ids(config)
@@ -351,6 +377,45 @@ def _truncate_per_layer_lists(config: Any, old_layers: int | None) -> None:
             setattr(config, name, layers)
     for name, value in lists.items():
         setattr(config, name, value[:layers])
+
+
+def _fit_ssm_heads(config: Any) -> None:
+    """Mamba-2 splits its ``expand * hidden_size`` inner channels into ``num_heads`` heads of ``head_dim``: after
+    shrinking, the head dim follows (the full-size product of 128 heads of 64 is the inner width of 4,096 x 2),
+    and the B/C groups ``n_groups`` must still divide the heads."""
+    fields = vars(config)
+    expand, heads, width = fields.get("expand"), fields.get("num_heads"), _width(config)
+    if not (isinstance(expand, int) and isinstance(heads, int) and isinstance(fields.get("head_dim"), int)):
+        return
+    config.head_dim = expand * width // heads
+    if isinstance(fields.get("n_groups"), int) and heads % fields["n_groups"]:
+        config.n_groups = math.gcd(heads, fields["n_groups"])
+
+
+def _shrink_out_indices(config: Any, old_layers: int | None) -> None:
+    """Backbone outputs chosen among the full-size layers (``out_indices`` 9..12 of 12, DPT's
+    ``backbone_out_indices``) are picked again among the tiny ones, as many as before (a DPT neck takes one
+    feature map per neck stage), spread the same way; the layer count grows to that many if it must."""
+    fields = vars(config)
+    layers = next((fields[f] for f in _LAYER_FIELDS if isinstance(fields.get(f), int)), None)
+    if not old_layers or not layers or old_layers <= layers or isinstance(fields.get("depths"), (list, tuple)):
+        return  # (hierarchical backbones number their stages by ``depths``, not by layers)
+    for name, first in (("_out_indices", 1), ("backbone_out_indices", 0)):  # stage numbers / layer indices
+        indices = fields.get(name)
+        if not _ints(indices) or max(indices) < layers + first:
+            continue
+        if len(indices) > layers:
+            layers = len(indices)
+            for field in _LAYER_FIELDS:
+                if isinstance(fields.get(field), int):
+                    setattr(config, field, layers)
+        picked = sorted({max(first, min(layers - 1 + first, round(i * layers / old_layers))) for i in indices})
+        if len(picked) < len(indices):  # rounding merged some: the last ones, as deep layers are the usual pick
+            picked = list(range(layers - len(indices) + first, layers + first))
+        setattr(config, name, type(indices)(picked))
+        if name == "_out_indices":
+            config.stage_names = ["stem", *(f"stage{i}" for i in range(1, layers + 1))]
+            config._out_features = [config.stage_names[i] for i in picked]
 
 
 _MROPE_DEFAULT = [16, 24, 24]  # the (t, h, w) split most multimodal-RoPE models fall back to
@@ -475,7 +540,41 @@ def _build(
     languages = getattr(config, "languages", None)
     if hasattr(model, "set_default_language") and languages:  # X-MOD routes through one adapter per language
         model.set_default_language(languages[0])
-    return TinyModel(model, sample_inputs(model, batch=batch, sequence=sequence, seed=seed))
+    return _grown_to_fit(TinyModel(model, sample_inputs(model, batch=batch, sequence=sequence, seed=seed)), seed)
+
+
+# Errors of a convolution or pooling stack whose downsampling leaves nothing of a too-small image or clip.
+_TOO_SMALL = ("Output size is too small", "Kernel size can't be greater than actual input size")
+_GROWTH = (2, 4, 8)  # longer audio, larger images: up to 8x the default sample along time or height and width
+
+
+def _grown_to_fit(tiny: TinyModel, seed: int) -> TinyModel:
+    """The sample with its signal (``pixel_values`` images, ``input_values`` audio) grown until one forward runs,
+    for models that downsample it more than the default size allows: text recognisers pool a line image
+    16-32x, x-vector heads run dilated kernels over the frames of a 1,600-sample clip. Other models, and
+    models that fail for another reason, keep the sample as it is (their error shows at their forward)."""
+    grown = {n: v for n, v in tiny.inputs.items() if n in ("pixel_values", "input_values") and v.is_floating_point()}
+    if not grown or not _too_small(tiny):
+        return tiny
+    generator = torch.Generator().manual_seed(seed)
+    for factor in _GROWTH:
+        inputs = dict(tiny.inputs)
+        for name, value in grown.items():
+            spatial = 2 if name == "pixel_values" and value.dim() == 4 else 1
+            shape = (*value.shape[:-spatial], *(size * factor for size in value.shape[-spatial:]))
+            inputs[name] = torch.randn(shape, generator=generator, dtype=value.dtype)
+        trial = TinyModel(tiny.model, inputs)
+        if not _too_small(trial):
+            return trial
+    return tiny
+
+
+def _too_small(tiny: TinyModel) -> bool:
+    try:
+        _run_once(tiny)
+    except Exception as error:  # only a too-small error is this rule's business
+        return any(text in str(error) for text in _TOO_SMALL)
+    return False
 
 
 def _has_stage_widths(config: Any) -> bool:
@@ -501,19 +600,6 @@ def _break_router_ties(model: torch.nn.Module, seed: int) -> None:
         for name, parameter in model.named_parameters():
             if "router" in name and parameter.dim() == 2 and not parameter.any():
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
-
-
-def load_local(directory: Path, seed: int = 0) -> TinyModel:
-    """Load a user's checkpoint directory offline (``from_pretrained``) and make sample inputs for it."""
-    import transformers
-
-    config = transformers.AutoConfig.from_pretrained(directory, local_files_only=True)
-    architectures = getattr(config, "architectures", None) or []
-    if not architectures:
-        raise TinyModelError(f"{directory}: config.json names no architecture")
-    cls = model_class(architectures[0])
-    model = cls.from_pretrained(directory, local_files_only=True).eval()
-    return TinyModel(model, sample_inputs(model, seed=seed))
 
 
 # ── Sample inputs ──
@@ -566,14 +652,19 @@ def _make(
         types = getattr(config, "type_vocab_sizes", None)  # table models: one type id per column kind
         shape = (batch, sequence, len(types)) if isinstance(types, (list, tuple)) else (batch, sequence)
         return torch.zeros(*shape, dtype=torch.long)
-    if name == "pixel_values":
+    if name in ("pixel_values", "pixel_values_videos"):
         height, width = _image_size(config)
         channels = getattr(_vision(config), "num_channels", 3)
-        return torch.randn(batch, channels, height, width, generator=generator)
+        frames = _video_frames(config) if name == "pixel_values" else _video_frames(config) or 2
+        return torch.randn(batch, *((frames,) if frames else ()), channels, height, width, generator=generator)
     if name == "input_values":
         frames, bins = getattr(config, "max_length", None), getattr(config, "num_mel_bins", None)
         if isinstance(frames, int) and isinstance(bins, int):  # spectrogram transformers (AST)
             return torch.randn(batch, frames, bins, generator=generator)
+        codec = _codec(config)
+        if codec is not None:  # waveform codecs: (batch, channels, samples), whole hops of samples
+            channels, hop = codec
+            return torch.randn(batch, channels, -(-AUDIO_SAMPLES // hop) * hop, generator=generator)
         return torch.randn(batch, AUDIO_SAMPLES, generator=generator)
     if name == "input_features":
         return _input_features(config, batch, generator)
@@ -581,6 +672,32 @@ def _make(
         corners = torch.randint(0, 500, (batch, sequence, 2), generator=generator)
         return torch.cat([corners, corners + 100], dim=-1)
     return None
+
+
+def _video_frames(config: Any) -> int | None:
+    """Frames per clip of a video model (its ``pixel_values`` are ``(batch, frames, channels, height, width)``):
+    a family of the video-classification mapping, or a model whose vision sub-config counts frames (X-CLIP);
+    2 for keypoint matchers (an image pair).
+    None for image models (Perceiver counts frames for its multimodal preprocessor, on the config itself)."""
+    from transformers.models.auto import modeling_auto
+
+    if getattr(config, "model_type", None) in modeling_auto.MODEL_FOR_KEYPOINT_MATCHING_MAPPING_NAMES:
+        return 2  # keypoint matchers take the two images of a pair
+    vision = _vision(config)
+    frames = next((vars(vision)[f] for f in ("num_frames", "frames_per_clip") if isinstance(vars(vision).get(f), int)), None)
+    video_family = getattr(config, "model_type", None) in modeling_auto.MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES
+    return frames if video_family or vision is not config else None
+
+
+def _codec(config: Any) -> tuple[int, int] | None:
+    """(channels, hop) of a waveform codec (Encodec, DAC, Mimi, ...): a config, or a sub-config of it, with the
+    up- or down-sampling ratios of its convolution stack; the hop is their product (samples per frame)."""
+    fields = vars(config)
+    ratios = next((fields[f] for f in ("downsampling_ratios", "upsampling_ratios") if _ints(fields.get(f))), None)
+    if ratios is not None:
+        channels = next((fields[f] for f in ("audio_channels", "channels") if isinstance(fields.get(f), int)), 1)
+        return channels, math.prod(ratios)
+    return next((found for _, sub in _sub_configs(config) if (found := _codec(sub)) is not None), None)
 
 
 # ── Padded attention masks ──
@@ -698,7 +815,35 @@ def _make_patches(name: str, config: Any, batch: int, generator: torch.Generator
     return None
 
 
-_PRIMARY = ("input_ids", "pixel_values", "input_values", "input_features")
+def _make_series(name: str, config: Any, batch: int, generator: torch.Generator) -> torch.Tensor | None:
+    """Time-series inputs: a history of ``context_length`` steps plus the largest lag the model looks back by
+    (``lags_sequence``), one value per step (or ``num_input_channels`` / ``input_size`` of them), its time
+    features, and the ``prediction_length`` steps a forecaster's decoder reads; nothing observed is missing."""
+    fields = vars(config)
+    context = fields.get("context_length") or fields.get("prediction_length") or SEQUENCE
+    history = context + max(fields.get("lags_sequence") or [0])
+    future = fields.get("prediction_length") or SEQUENCE
+    channels = next((fields[f] for f in ("num_input_channels", "input_size") if isinstance(fields.get(f), int)), 1)
+    per_step = (channels,) if "num_input_channels" in fields or channels > 1 else ()
+    time_features = fields.get("num_time_features") or 0
+    if name == "past_values":
+        return torch.randn(batch, history, *per_step, generator=generator)
+    if name in ("past_observed_mask", "observed_mask"):
+        return torch.ones(batch, history, *per_step)
+    if name == "past_values_padding":  # TimesFm: 1 marks a padded step
+        return torch.zeros(batch, history, dtype=torch.long)
+    if name == "freq":  # TimesFm: the series' frequency class
+        return torch.zeros(batch, 1, dtype=torch.long)
+    if name == "past_time_features":
+        return torch.randn(batch, history, time_features, generator=generator)
+    if name == "future_values":
+        return torch.randn(batch, future, *per_step, generator=generator)
+    if name == "future_time_features":
+        return torch.randn(batch, future, time_features, generator=generator)
+    return None
+
+
+_PRIMARY = ("input_ids", "pixel_values", "input_values", "input_features", "past_values", "pixel_values_videos")
 _COMPANIONS = ("attention_mask", "token_type_ids", "bbox")
 # Primaries of models that take none of the above (checked only then, in signature order).
 _EMBEDDING_PRIMARY = ("inputs", "query_embeds", "noise_embeds", "latents", "hidden_states")
@@ -710,8 +855,14 @@ _PATCH_GRID = ("grid_thw", "pixel_position_ids", "pixel_attention_mask", "spatia
 def sample_inputs(
     model: torch.nn.Module, batch: int = BATCH, sequence: int = SEQUENCE, seed: int = 0
 ) -> dict[str, torch.Tensor]:
-    """Inputs for ``model.forward``: its primary input, text companions, decoder inputs, required ones."""
+    """Inputs for ``model.forward``: its primary input, text companions, decoder inputs, required ones.
+
+    Multiple-choice heads take ``(batch, choices, sequence)`` text inputs; sequence classifiers that pool at
+    the end-of-sequence token get one in every row (``_end_rows_with_eos``).
+    """
     config = model.config
+    choices = CHOICES if type(model).__name__.endswith("ForMultipleChoice") else 1
+    batch *= choices  # the choices are rows of their own until the end, then folded into (batch, choices)
     parameters = inspect.signature(model.forward).parameters
     generator = torch.Generator().manual_seed(seed)
     wanted: list[str] = []
@@ -729,6 +880,8 @@ def sample_inputs(
         visual = hasattr(config, "vision_config") or isinstance(getattr(config, "image_size", None), int)
         if "pixel_values" in parameters and visual and not _has_image_token(config):
             wanted.append("pixel_values")
+    if primary == "pixel_values" and "input_ids" in parameters:  # vision-language: the text half too (Kosmos-2)
+        wanted += [p for p in ("input_ids", "attention_mask") if p in parameters]
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
         wanted.append("decoder_input_ids")
     for name, parameter in parameters.items():
@@ -742,16 +895,66 @@ def sample_inputs(
         value = _make_patches(name, config, batch, generator) if patches else None
         if value is None and embedded:
             value = _make_embeds(name, config, batch, sequence, generator)
+        if value is None and primary == "past_values":
+            value = _make_series(name, config, batch, generator)
         if value is None and name == "input_features":
             value = _input_features(config, batch, generator, model)
         if value is None:
-            value = _make(name, config, batch, sequence, generator, padding_side(model))
+            rows = batch * _codebook_rows(model, name)
+            value = _make(name, config, rows, sequence, generator, padding_side(model))
         if value is None and name.endswith("_mask") and primary in ("input_ids", "input_features"):
             value = torch.ones(inputs[primary].shape[:2], dtype=torch.long)  # a required mask: nothing masked
         if value is None:
             raise TinyModelError(f"{type(model).__name__}: cannot make a sample for required input {name!r}")
         inputs[name] = value
+    if _pools_at_eos(model) and "input_ids" in inputs:
+        _place_tokens(inputs["input_ids"], inputs.get("attention_mask"), config.eos_token_id, ends=(-1,))
+    sep = getattr(config, "sep_token_id", None)
+    if "global_attention_mask" in parameters and isinstance(sep, int) and "input_ids" in inputs:
+        # Longformer derives global attention from a "question </s></s> answer </s>" layout: three separators
+        _place_tokens(inputs["input_ids"], inputs.get("attention_mask"), sep, ends=(0.5, 0.5, -1))
+    question = getattr(config, "question_token_id", None)
+    if isinstance(question, int) and "input_ids" in inputs:  # Splinter: each row asks at least one question
+        _place_tokens(inputs["input_ids"], inputs.get("attention_mask"), question, ends=(0.25,))
+    if choices > 1:
+        inputs = {n: v.view(batch // choices, choices, *v.shape[1:]) if v.shape[:1] == (batch,) else v
+                  for n, v in inputs.items()}  # fmt: skip
     return inputs
+
+
+def _codebook_rows(model: torch.nn.Module, name: str) -> int:
+    """Rows per example of input ``name``: ``num_codebooks`` where the forward's docstring gives its shape as
+    ``(batch_size * num_codebooks, sequence_length)`` (Musicgen's audio codes, one row per codebook), else 1."""
+    documented = rf"(?<!\w){name} \(`torch.LongTensor` of shape `\(batch_size \* num_codebooks"
+    if not re.search(documented, model.forward.__doc__ or ""):
+        return 1
+    config = model.config
+    return next((c.num_codebooks for c in (config, *(s for _, s in _sub_configs(config)))
+                 if isinstance(vars(c).get("num_codebooks"), int)), 1)  # fmt: skip
+
+
+def _pools_at_eos(model: torch.nn.Module) -> bool:
+    """Encoder-decoder sequence classifiers (BART, T5, ...) classify the decoder's state at the last ``<eos>`` of
+    each row, and refuse rows without one (or with different counts)."""
+    config = model.config
+    return (type(model).__name__.endswith("ForSequenceClassification") and getattr(config, "is_encoder_decoder", False)
+            and isinstance(getattr(config, "eos_token_id", None), int))  # fmt: skip
+
+
+def _place_tokens(input_ids: torch.Tensor, mask: torch.Tensor | None, token: int, ends: tuple[float, ...]) -> None:
+    """Put ``token`` in every row where a tokenizer would and nowhere else: ``-1`` is the row's last unpadded
+    position, a fraction ``f`` the end of its first ``f`` (a question's end); equal places stack up."""
+    input_ids[input_ids == token] = 3 if token != 3 else 4  # sampled ids are >= 3
+    lengths = mask.sum(dim=-1) if mask is not None and mask.shape == input_ids.shape else None
+    for row in range(input_ids.shape[0]):
+        length = int(lengths[row]) if lengths is not None else input_ids.shape[-1]
+        taken: list[int] = []
+        for end in ends:
+            position = length - 1 if end == -1 else int(length * end) - 1
+            while position in taken:
+                position += 1
+            taken.append(position)
+            input_ids[row, position] = token
 
 
 def _has_image_token(config: Any) -> bool:

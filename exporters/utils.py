@@ -204,12 +204,15 @@ class HitLog:
 
 
 _ACTIVE_HITS: list[HitLog] = []
+_OBSERVERS: list[HitLog] = []  # see observing_hits
 
 
 def record_hit(name: str) -> None:
-    """Count one firing of workaround ``name`` in the export being tracked (if any)."""
+    """Count one firing of workaround ``name`` in the export being tracked (if any), and in every observer."""
     if _ACTIVE_HITS:
         _ACTIVE_HITS[-1].record(name)
+    for observer in _OBSERVERS:
+        observer.record(name)
 
 
 @contextlib.contextmanager
@@ -220,6 +223,20 @@ def tracking_hits(log: HitLog) -> Iterator[HitLog]:
         yield log
     finally:
         _ACTIVE_HITS.pop()
+
+
+@contextlib.contextmanager
+def observing_hits(log: HitLog) -> Iterator[HitLog]:
+    """Also count every hit into ``log`` while the block runs, whichever export records it.
+
+    Why besides :func:`tracking_hits`: an export that raises loses its own log with its result, and what
+    fired before the failure is what the audit's supersession probes (bot.rerun) need to know.
+    """
+    _OBSERVERS.append(log)
+    try:
+        yield log
+    finally:
+        _OBSERVERS.remove(log)
 
 
 # ── Path resolution ──

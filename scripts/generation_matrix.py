@@ -43,6 +43,8 @@ MATRIX: list[tuple[str, str, dict[str, Any]]] = [
     ("T5ForConditionalGeneration", "text2text-generation", {}),
     ("BartForConditionalGeneration", "text2text-generation", {}),
     ("WhisperForConditionalGeneration", "automatic-speech-recognition", {}),
+    # Vision encoder + language model; the tiny config's image token (32000) lies outside its 256-token vocab.
+    ("LlavaForConditionalGeneration", "text-generation", {"image_token_id": 3}),
 ]
 # Tries per model: seeds first, then a larger init scale (a tiny random model whose greedy path is one token
 # forever is inconclusive, never a pass).

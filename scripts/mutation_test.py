@@ -172,8 +172,10 @@ def render(results: list[dict], reasons: dict[str, str]) -> str:
                 continue
             shown = True
             reason = reasons.get(mutant, "**unexplained**: kill it with a test or explain it")
+            # a survivor is explained as equivalent; a mutant that did not finish (timeout) by why it hangs
+            label = "Equivalent" if status == "survived" else "Explained"
             lines += [f"### `{mutant}` ({status})", "", "```diff", result["diffs"].get(mutant, "").rstrip(), "```",
-                      "", f"Equivalent: {reason}" if mutant in reasons else reason, ""]
+                      "", f"{label}: {reason}" if mutant in reasons else reason, ""]
     if not shown:
         lines.append("None.")
     return "\n".join(lines) + "\n"
@@ -181,18 +183,21 @@ def render(results: list[dict], reasons: dict[str, str]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("targets", nargs="*", choices=list(TARGETS), default=list(TARGETS),
-                        metavar="TARGET", help=f"one of {', '.join(TARGETS)} (default: all)")
+    # checked by hand: argparse checks the empty default of nargs="*" against choices too, and refuses it
+    parser.add_argument("targets", nargs="*", metavar="TARGET", help=f"one of {', '.join(TARGETS)} (default: all)")
     parser.add_argument("--children", type=int, default=2, help="parallel mutmut workers (default 2)")
     parser.add_argument("--report-only", action="store_true", help="rebuild the report from the kept results")
     parser.add_argument("--revision", default="HEAD", help="the commit to measure (default HEAD): a branch whose "
                         "tests have not landed yet can be measured before it is merged")
     options = parser.parse_args()
+    unknown = [name for name in options.targets if name not in TARGETS]
+    if unknown:
+        parser.error(f"unknown TARGET {', '.join(unknown)}; choose from {', '.join(TARGETS)}")
     store = cache_dir() / "mutmut-results"
     store.mkdir(parents=True, exist_ok=True)
     if not options.report_only:
         venv = mutmut_venv()
-        for name in options.targets:
+        for name in options.targets or list(TARGETS):
             result = measure(name, TARGETS[name], venv, options.children, options.revision)
             (store / f"{name}.json").write_text(json.dumps(result, indent=1))
             print(f"{name}: {len(result['statuses'])} mutants, "

@@ -8,6 +8,11 @@ skips the classes already there, so an interrupted census loses nothing.
     HF_HUB_OFFLINE=1 nice -n 19 python scripts/tiny_census.py --results sweeps/tiny-census.jsonl --resume
     python scripts/tiny_census.py --summary sweeps/tiny-census.jsonl     # counts and causes, no runs
 
+Re-running classes after a builder fix appends their new lines to their own shard's file (later lines supersede):
+
+    for i in 1 2 3 4 5 6 7 8; do python scripts/tiny_census.py --only fixed.txt --shard $i/8 \
+        --results sweeps/tiny-census/shard-$i-of-8.jsonl; done
+
 Statuses: ``ok`` (built and ran), ``build-error`` (config, model or sample inputs could not be made),
 ``forward-error`` (eager forward raised on the generated inputs), ``crashed``, ``timeout``.
 """
@@ -114,7 +119,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=Path("sweeps/tiny-census.jsonl"))
     parser.add_argument("--resume", action="store_true", help="skip classes RESULTS already has")
-    parser.add_argument("--only", type=Path, help="rerun the classes listed in this file (one per line)")
+    parser.add_argument("--only", type=Path, help="run the classes listed in this file (one per line; with --shard, that shard's only)")
     parser.add_argument("--shard", help="i/n, as `exportbot sweep run --shard`")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--memory-gb", type=float, default=6.0)
@@ -129,10 +134,11 @@ def main() -> None:
 
     preload([])  # what every build imports, once, before the forks (as the sweep's warm worker does)
     torch.set_num_threads(1)
-    if args.only:
-        classes = [line.strip() for line in args.only.read_text().splitlines() if line.strip()]
+    shard = tuple(int(p) for p in args.shard.split("/")) if args.shard else None
+    if args.only:  # with --shard: the listed classes of that shard only, so a rerun goes to its shard's file
+        listed = [line.strip() for line in args.only.read_text().splitlines() if line.strip()]
+        classes = select_classes(listed, shard=shard)  # type: ignore[arg-type]
     else:
-        shard = tuple(int(p) for p in args.shard.split("/")) if args.shard else None
         classes = select_classes(enumerate_model_classes(), shard=shard)  # type: ignore[arg-type]
     done: set[str] = set()
     if args.resume and args.results.exists():

@@ -21,7 +21,15 @@ from fake_github import (
 )
 from github import Auth, Github
 
-from bot.audit import EXIT_ATTENTION, EXIT_NOTHING, EXIT_REMOVABLE, audit_command, render_markdown, run_audit
+from bot.audit import (
+    EXIT_ATTENTION,
+    EXIT_NOTHING,
+    EXIT_REMOVABLE,
+    audit_command,
+    render_markdown,
+    run_audit,
+    verification_records,
+)
 from bot.plan import plan_entry
 from bot.tracker import Tracker
 from bot.verification import Verification, load_verification, save_verification
@@ -134,6 +142,36 @@ def test_passing_but_never_seen_failing_is_not_reproduced(tmp_path, fake_github)
     assert result.verdict == "not-reproduced" and "never seen failing" in result.reasons[0]
     assert report.exit_code() == EXIT_ATTENTION
     assert "### Needs a human" in render_markdown(report) and "`bert`: **not-reproduced**" in render_markdown(report)
+
+
+def test_passing_because_a_registered_workaround_took_over_is_superseded(tmp_path, fake_github):
+    """Nothing moved, the reproducer passes with ``_fix_x`` firing, and fails as recorded with it disabled:
+    superseded, exit 3, remembered in verified.toml; without that probe runner it stays not-reproduced."""
+    number = fake_github.add_issue(REPO)
+    asked: list[tuple[str, tuple[str, ...]]] = []
+
+    def passing(entry_id: str):
+        run = FakeRunner()(entry_id)
+        return lambda *export: run(*export) | {"workarounds_fired": {"_fix_x": 1}}
+
+    def without(entry_id: str, names):
+        asked.append((entry_id, tuple(names)))
+        fail = FakeRunner("failed", "Could not guard on data-dependent expression Eq(u0, 1)")(entry_id)
+        return lambda *export: fail(*export) | {"workarounds_disabled": list(names)}
+
+    entries = [skip_entry("bert", web(number))]
+    report = audit(tmp_path, fake_github, entries, passing, verification=verified("bert"), force_all=True,
+                   supersession_runner=without)  # fmt: skip
+    result = only(report)
+    assert (result.verdict, result.superseded_by, asked) == ("superseded", ("_fix_x",), [("bert", ("_fix_x",))])
+    assert report.exit_code() == EXIT_REMOVABLE
+    [row] = report.as_dict()["entries"]
+    assert row["superseded_by"] == ["_fix_x"] and row["supersession"][0]["proves"] is True
+    [record] = verification_records(report, datetime.date(2026, 12, 1))
+    assert record.verdict == "superseded" and record.versions == {"torch": "2.13.0", "transformers": "5.23.0"}
+    (tmp_path / "again").mkdir()
+    stays = audit(tmp_path / "again", fake_github, entries, passing, verification=verified("bert"), force_all=True)
+    assert only(stays).verdict == "not-reproduced"
 
 
 def test_closed_but_still_failing_is_still_needed(tmp_path, fake_github):

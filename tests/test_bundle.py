@@ -1,5 +1,5 @@
 """Bundles as a user ships them: the manifest, exporters.load in fresh processes, honest ONNX dims, the file
-run without exportbot, and a failed export that leaves the previous bundle alone.
+run without exportbot (a failed export that leaves the previous bundle alone: test_bundle_failures.py).
 
 Exports come from the session fixtures in conftest.py (each model lowered once per session); the full
 5 models x 3 backends x 2 modes matrix is scripts/bundle_matrix.py (slow; results in docs/bundle-matrix.md).
@@ -21,11 +21,11 @@ import torch
 import torch.utils._pytree as pytree
 
 import exporters
-from bot.runner import ExportRequest, export_one
 from exporters.bundle import SCHEMA_VERSION, BundleError, read_manifest
 from exporters.exporter_dynamo import DynamoConfig, DynamoExporter, _resample
 from exporters.signature import _INPUT_DIM_ROLES, output_structure, user_input_placeholders
 from exporters.tiny import build_tiny
+from exporters.utils import HitLog, tracking_hits
 from exporters.validation import named_tensors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,6 +137,58 @@ def test_pt2_loads_in_a_fresh_process_and_returns_eagers_structure(llama_dynamo,
     completed = _fresh_python(LOAD_IN_FRESH_PROCESS, str(directory), str(tmp_path / "cases.pt"))
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert completed.stdout.strip() == "ok ['input_ids', 'attention_mask']"
+
+
+def test_memoised_pt2_load_is_torchs_load_with_less_repeated_work(llama_dynamo, monkeypatch):
+    """``load_program`` returns the program plain ``torch.export.load`` returns (graph, every node's
+    fake value, ranges, weights; the schema objects equal torch's) while asking for each schema class's
+    type hints and each expression's parse once."""
+    import typing
+
+    from exporters.pt2_loading import load_program
+
+    _, directory = llama_dynamo
+    exporters.register_bundle_types(directory)
+    calls = {"hints": 0, "parses": 0}
+    hints, sympify = typing.get_type_hints, sympy.sympify
+
+    def counted(name, function):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(typing, "get_type_hints", counted("hints", hints))
+    counted_sympify = counted("parses", sympify)
+    monkeypatch.setattr(sympy, "sympify", counted_sympify)
+    plain = load_program(directory / "model.pt2", memoised=False)
+    plain_calls = dict(calls)
+    calls.update(hints=0, parses=0)
+    hits = HitLog()
+    with tracking_hits(hits):
+        memoised = load_program(directory / "model.pt2")
+    assert {"_patch_pt2_schema_conversion_planned_once", "_patch_pt2_expression_parsed_once"} <= set(hits.counts)
+    assert sympy.sympify is counted_sympify  # the patch is gone after the load
+    assert calls["hints"] * 20 < plain_calls["hints"] and calls["parses"] * 2 < plain_calls["parses"], (calls, plain_calls)
+
+    def described(program):
+        return [(n.name, n.op, str(n.target), str(n.meta.get("val"))) for n in program.graph.nodes]
+
+    assert described(memoised) == described(plain)
+    assert memoised.range_constraints == plain.range_constraints
+    assert memoised.call_spec == plain.call_spec
+    assert memoised.state_dict.keys() == plain.state_dict.keys()
+    assert all(torch.equal(memoised.state_dict[k], v) for k, v in plain.state_dict.items())
+    import zipfile
+
+    from torch._export.serde import schema, serialize
+
+    from exporters.pt2_loading import _PlannedSchema
+
+    with zipfile.ZipFile(directory / "model.pt2") as archive:  # the schema objects themselves are torch's
+        payload = json.loads(archive.read(next(n for n in archive.namelist() if n.endswith("models/model.json"))))
+    assert _PlannedSchema(serialize)(schema.ExportedProgram, payload) == serialize._dict_to_dataclass(
+        schema.ExportedProgram, payload)
 
 
 PLAIN_TORCH_LOAD = r"""
@@ -327,31 +379,57 @@ def _runs_without_exportbot(directory: Path, result, tmp_path: Path) -> None:
         torch.testing.assert_close(torch.from_numpy(got[name]), tensor, atol=result.atol, rtol=result.rtol)
 
 
-# ── Atomic publish ──
-def test_an_export_that_does_not_validate_leaves_the_previous_bundle(tmp_path, monkeypatch):
-    from exporters import runners
-
-    out = tmp_path / "bert"
-    first = export_one(ExportRequest("BertModel", "dynamo", out_dir=out))
-    assert first.status == "pass"
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
-
-    def broken(path, spec):
-        run = runners.TorchExportRunner(path, spec)
-        return lambda feed: [t * 1.01 for t in run(feed)]
-
-    monkeypatch.setitem(runners.RUNNERS, "torch.export", broken)
-    second = export_one(ExportRequest("BertModel", "dynamo", seed=1, out_dir=out))
-    assert second.status == "mismatch" and second.files == {}
-    assert "last_hidden_state: mismatch" in second.error
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bert"]  # no staging left
-    monkeypatch.undo()
-    third = export_one(ExportRequest("BertModel", "dynamo", seed=1, out_dir=out))
-    assert third.status == "pass"
-    assert (out / "model.pt2").read_bytes() != before["model.pt2"]
+# ── Traced constants of the output structure ──
+def test_a_sliding_window_cache_rebuilt_from_the_bundle_equals_eagers_at_both_shapes(tmp_path):
+    """Gemma2's sliding-window layers keep ``cumulative_length`` (tokens seen) beside their tensors: a
+    constant of the output spec, traced as the sequence length. The manifest says so, and the loader
+    recomputes it at the caller's sequence length instead of returning the sample shape's."""
+    tiny = build_tiny("Gemma2ForCausalLM")
+    result = DynamoExporter(DynamoConfig(dynamic=True)).export(tiny.model, tiny.inputs)
+    result.save(tmp_path / "gemma2")  # raises unless both shapes match eager, structure included
+    assert [s["label"] for s in result.validation.as_dict()["shapes"]] == ["sample shape", "second shape"]
+    out_spec = read_manifest(tmp_path / "gemma2").components["model"].out_spec
+    assert '[\\"cumulative_length\\", {\\"traced\\": [8, \\"sequence\\"]}]' in out_spec
+    loaded = exporters.load(tmp_path / "gemma2")
+    inputs = result.second_inputs
+    assert inputs["input_ids"].shape[1] != result.inputs["input_ids"].shape[1]
+    with torch.no_grad():
+        eager = result.model(**inputs).past_key_values
+    rebuilt = loaded(**inputs).past_key_values
+    lengths = [(getattr(a, "cumulative_length", None), getattr(b, "cumulative_length", None))
+               for a, b in zip(eager.layers, rebuilt.layers)]
+    assert any(e is not None for e, _ in lengths) and all(e == r for e, r in lengths), lengths
+    assert rebuilt.get_seq_length(0) == eager.get_seq_length(0)
 
 
+def test_a_traced_constant_survives_copies_and_saving_and_says_why_it_differs():
+    import copy
+    import pickle
+
+    from exporters.base import structure_difference
+    from exporters.bundle import TracedInt
+    from exporters.exporter_dynamo import _dumpable_context, _loaded_context
+
+    traced = TracedInt(8, "sequence")
+    assert traced == 8 and hash(traced) == hash(8)
+    for copied in (copy.deepcopy(traced), pickle.loads(pickle.dumps(traced)),
+                   _loaded_context(_dumpable_context([("n", traced)]))[0][1]):
+        assert isinstance(copied, TracedInt) and copied.expr == "sequence" and copied == 8
+
+    class Layer:
+        pass
+
+    def spec(value):
+        return pytree.TreeSpec(Layer, [("cumulative_length", value)], [])
+
+    assert structure_difference(spec(7), spec(TracedInt(7, "sequence"))) == ""
+    assert structure_difference(spec(7), spec(TracedInt(8, None))).endswith(
+        "it depends on a size no input of the bundle carries, so the loader cannot recompute it: "
+        "docs/export-format.md)")
+    assert "recomputed from the inputs as 8 + sequence" in structure_difference(spec(9), spec(TracedInt(10, "8 + sequence")))
+
+
+# ── Atomic publish: tests/test_bundle_failures.py (every failure mode into an existing bundle) ──
 def test_output_structure_difference_is_a_mismatch():
     from exporters.base import structure_difference
 

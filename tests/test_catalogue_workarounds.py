@@ -25,6 +25,7 @@ from exporters.utils import all_workarounds
 
 NEW_WORKAROUNDS = {
     "_fix_histc_not_core_aten": "executorch",
+    "_fix_tensor_check_not_core_aten": "executorch",
     "_patch_moe_experts_batched_mm": "executorch",
     "_fix_complex_rotary_for_executorch": "executorch",
     "_fix_complex_rotary_for_onnx": "onnx",
@@ -218,3 +219,36 @@ def test_mixtral_aux_loss_without_attention_mask_needs_histc_counted_by_compares
     without = ExecutorchConfig(without=frozenset({"_fix_histc_not_core_aten"}))
     with pytest.raises(Exception, match=r"aten\.histc\.default is not in Core ATen opset"):
         ExecutorchExporter(without).export(tiny.model, tiny.inputs)
+
+
+# ── _is_all_true (torch_compilable_check on a tensor condition) ──
+class TensorChecked(torch.nn.Module):
+    """Checks a tensor condition as transformers' ``torch_compilable_check`` does under tracing (Llava's
+    placeholder count: a 0-d bool tensor into ``torch._check_tensor_all``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch._check_tensor_all((x > -1e9).sum() * 4 == x.numel() * 4)
+        return x * 2
+
+
+def test_tensor_check_removal_drops_only_the_assertion():
+    from exporters.fx_rewrites import drop_tensor_check
+
+    program = torch.export.export(TensorChecked(), (torch.randn(3, 4),))
+    assert "_is_all_true" in program.graph_module.code and "_assert_scalar" in program.graph_module.code
+    removed = sum(drop_tensor_check(program.graph_module, node) for node in list(program.graph.nodes))
+    program.graph_module.recompile()
+    assert removed == 1
+    assert "_is_all_true" not in program.graph_module.code and "sym_ite" not in program.graph_module.code
+    x = torch.randn(3, 4)
+    assert torch.equal(program.graph_module(x)[0], x * 2)
+
+
+def test_executorch_needs_tensor_checks_dropped():
+    model, inputs = TensorChecked(), {"x": torch.randn(3, 4)}
+    fixed = ExecutorchExporter(ExecutorchConfig()).export(model, inputs, validate=True)
+    assert fixed.metadata.workarounds_fired["_fix_tensor_check_not_core_aten"] == 1
+    assert fixed.validation.status == "pass"
+    without = ExecutorchConfig(without=frozenset({"_fix_tensor_check_not_core_aten"}))
+    with pytest.raises(Exception, match=r"aten\._is_all_true\.default is not in Core ATen opset"):
+        ExecutorchExporter(without).export(model, inputs)

@@ -240,11 +240,10 @@ def test_stage3_dynamic_contexts_hold_no_symint_so_programs_copy_and_save(tmp_pa
     assert _symbolic_contexts(result.artifact) == []
     copy.deepcopy(result.artifact.module_call_graph)
     result.save(tmp_path, validate=False)
-    # The bundle rebuilds the cache with cumulative_length as traced (8): at another length eager's differs,
-    # and validation says so instead of passing on the tensors alone.
+    # The context keeps the sample value (8) as a TracedInt with its expression, which the bundle's loader
+    # recomputes: the rebuilt cache equals eager's at the second length too (tests/test_bundle.py).
     report = result.validate(raise_on_failure=False)
-    assert report.shapes[0].status == "pass"
-    assert "cumulative_length" in " ".join(report.problems())
+    assert [shape.status for shape in report.shapes] == ["pass", "pass"], report.problems()
 
 
 def test_stage3_concrete_contexts_are_needed(monkeypatch):

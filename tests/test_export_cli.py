@@ -70,6 +70,28 @@ def test_checkpoint_without_architectures_exports_with_task(tmp_path: Path):
     assert "random weights" in " ".join(metadata["notes"])
 
 
+def test_checkpoint_without_architectures_exports_a_generation_bundle_with_task(tmp_path: Path):
+    """--task text-generation on a config-only checkpoint that names no architecture: the prefill + decode
+    bundle (not a single graph), whose eager twin `generate` rebuilds from the same config, task and seed."""
+    import transformers
+
+    checkpoint = tmp_path / "ckpt"
+    transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, vocab_size=128).save_pretrained(checkpoint)  # fmt: skip
+    assert not json.loads((checkpoint / "config.json").read_text()).get("architectures")
+    result = cli("export", str(checkpoint), "--task", "text-generation", "--backend", "onnx",
+                 "--out", str(tmp_path / "gen"))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "gen" / "export.json").read_text())
+    assert manifest["model_class"] == "LlamaForCausalLM" and manifest["generation"]["kind"] == "decoder-only"
+    assert manifest["generation"]["source"] == {"checkpoint": str(checkpoint.resolve()), "seed": 0,
+                                                "task": "text-generation"}  # fmt: skip
+    generated = cli("generate", str(tmp_path / "gen"), "--max-new-tokens", "4", "--json")
+    assert generated.exit_code == 0, generated.output
+    comparison = json.loads(generated.stdout)["eager_comparison"]
+    assert comparison["status"] == "pass", comparison
+
+
 def test_task_chooses_the_head_of_a_class_name(tmp_path: Path):
     result = cli("export", "BertModel", "--task", "fill-mask", "--json", "--out", str(tmp_path))
     assert result.exit_code == 0, result.stderr
@@ -159,16 +181,18 @@ def test_invalid_combinations_exit_2_before_any_work(tmp_path: Path, args, messa
 # ── 2. Errors ──
 def test_failure_is_one_line_with_stage_cause_and_hint(tmp_path: Path):
     # Only input_ids' sequence axis dynamic: the mask shares it, so torch.export finds it fixed.
-    result = cli("export", "LlamaModel", "--dynamic-dim", "input_ids:1:2:32", "--out", str(tmp_path))
+    out = tmp_path / "out"
+    result = cli("export", "LlamaModel", "--dynamic-dim", "input_ids:1:2:32", "--out", str(out))
     assert result.exit_code == 1
     line, = [line for line in result.stderr.splitlines() if "failed" in line]
     assert line.startswith("LlamaModel: failed at torch.export: UserError ← ConstraintViolationError: ")
     assert "specialized it to be a constant" in line
     assert "hint: the model fixes a dim you made dynamic" in line
-    assert f"(full text: {tmp_path / 'summary.json'})" in line
+    assert f"(full text: {tmp_path / 'out.failed.json'})" in line
     assert "Traceback" not in result.output and "max abs diff" not in result.output  # nothing was compared
     assert "time:" not in result.output
-    full = summary(tmp_path)
+    assert not out.exists()  # the failure is recorded beside --out, never in it
+    full = json.loads((tmp_path / "out.failed.json").read_text())
     assert full["failed_stage"] == "torch.export" and "Traceback (most recent call last)" in full["traceback"]
     assert len(full["error"]) > len(line)  # the full text is kept, only there
 
@@ -232,7 +256,10 @@ def test_ctrl_c_exits_130_and_leaves_nothing_half_written(tmp_path: Path):
     assert process.returncode == 130, log.read_text()
     assert "interrupted" in log.read_text() and "Traceback" not in log.read_text()
     assert not out.exists() and not (tmp_path / "outcome.json").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["stderr.txt"]  # no staging directory left
+    # no staging directory left; the interruption is recorded beside --out, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.failed.json", "stderr.txt"]
+    record = json.loads((tmp_path / "out.failed.json").read_text())
+    assert record["status"] == "interrupted" and record["failed_stage"] == "torch.export"
 
 
 def test_ctrl_c_in_audit_exits_130_with_a_progress_line_naming_the_entry(tmp_path: Path):

@@ -132,3 +132,25 @@ def test_boolean_mask_sdpa_goes_additive_keeps_eager_numerics_and_drops_the_nan_
     session = ort.InferenceSession(ir_bytes(fixed.artifact), providers=["CPUExecutionProvider"])
     out = session.run(None, {k: v.numpy() for k, v in inputs.items()})[0]
     assert not out[0, :, 0].any()  # the row with no key is exactly zero, as in eager
+
+
+class TwoMaskedAttentionLayers(torch.nn.Module):
+    """Two SDPA calls reading one boolean mask, as every layer of an encoder does."""
+
+    def forward(self, query, key, value, keep):
+        first = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=keep)
+        return torch.nn.functional.scaled_dot_product_attention(first, key, value, attn_mask=keep)
+
+
+def test_boolean_mask_becomes_additive_once_for_all_layers_and_stores_no_mask_sized_constant():
+    """The additive mask is built from 0-d constants, so the layers share one ``Where`` after CSE and a static
+    graph carries no (batch, 1, query, key) zeros initializer per layer (16 MB a layer at 2048 tokens)."""
+    keep = torch.ones(2, 1, 6, 6, dtype=torch.bool)
+    keep[0, 0, 0, :] = False
+    inputs = {"query": torch.randn(2, 2, 6, 8), "key": torch.randn(2, 2, 6, 8), "value": torch.randn(2, 2, 6, 8),
+              "keep": keep}  # fmt: skip
+    result = OnnxExporter(OnnxConfig()).export(TwoMaskedAttentionLayers(), inputs, validate=True)
+    assert result.validation.status == "pass"
+    assert [node.op_type for node in result.artifact.graph].count("Where") == 1
+    shapes = [tuple(value.shape) for value in result.artifact.graph.initializers.values()]
+    assert all(len(shape) < 4 for shape in shapes), shapes

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from bot.plan import ENTRY, Export, Subject
-from bot.prwriter import Proposal, select_proposals
-from bot.rerun import TIMEOUT, rerun_subject, subprocess_runner
+from bot.prwriter import Proposal, parse_pr_body, pr_body, select_proposals
+from bot.rerun import TIMEOUT, probe_superseders, rerun_subject, subprocess_runner
 from exporters.ledger import load_ledger
 
 # Stands in for ``python -m bot export ...``: writes its argv and EXPORTBOT_REGISTRY as the outcome record.
@@ -53,6 +53,8 @@ ROWS = [
     ("entry-without-registry", {"repro": "e"}, ["--repro", "e"], None),
     ("probe", {"without": ("_fix_a",)}, ["--without", "_fix_a"], None),
     ("two-probes", {"without": ("_fix_a", "_fix_b")}, ["--without", "_fix_a", "--without", "_fix_b"], None),
+    ("supersession-probe", {"repro": "e", "without": ("_fix_a", "_fix_b"), "registry": "REG"},
+     ["--repro", "e", "--without", "_fix_a", "--without", "_fix_b"], "REG"),
     ("plain", {"plain": True}, [], None),
     ("no-entry-named", {}, ["--ignore-ledger"], None),
 ]
@@ -75,7 +77,7 @@ def test_a_hung_export_is_a_timeout_naming_its_reproducer(interpreter, monkeypat
     monkeypatch.setenv("STAND_IN_MODE", "hang")
     outcome = subprocess_runner(1, python=interpreter, repro="e")("BertModel", "dynamo", False)
     assert outcome == {"model": "BertModel", "backend": "dynamo", "dynamic": False, "repro": "e",
-                       "status": TIMEOUT, "error": "timed out after 1 s"}  # fmt: skip
+                       "workarounds_disabled": [], "status": TIMEOUT, "error": "timed out after 1 s"}  # fmt: skip
 
 
 def test_a_child_that_dies_is_a_failure_with_its_last_words(interpreter, monkeypatch):
@@ -119,3 +121,61 @@ def test_not_reproduced_is_never_proposed_and_is_taken_out_of_an_open_pr(tmp_pat
     assert kept.proposals == () and kept.notes["e"].startswith("taken out: not-reproduced")
     # The same row, removable, is proposed: the guard is the verdict, not a broken fixture.
     assert [p.id for p in select_proposals({**report, "entries": [row | {"verdict": "removable"}]}, base, [], [], 2).proposals] == ["e"]
+
+
+# ── Supersession probes (evidence2): which registered workaround took an entry's job over ──
+def test_probe_superseders_follows_what_fired_until_the_recorded_failure_is_back():
+    """Flint's two steps: without the batched_mm experts another op fails after the histc rewrite fired;
+    without both, histc is back. The second mode tries the first mode's proof first."""
+    subject = Subject("flint", ENTRY, "executorch", (Export("F", "executorch", False), Export("F", "executorch", True)),
+                      ("torch",), failure="histc")  # fmt: skip
+    passing = [{"model": "F", "backend": "executorch", "dynamic": d, "status": "pass",
+                "workarounds_fired": {"_batched_mm": 1, "_strided": 2}} for d in (False, True)]  # fmt: skip
+    asked: list[tuple[tuple[str, ...], bool]] = []
+
+    def run_without(names):
+        def run_export(model: str, backend: str, dynamic: bool) -> dict[str, Any]:
+            asked.append((tuple(names), dynamic))
+            base = {"model": model, "backend": backend, "dynamic": dynamic, "workarounds_disabled": list(names)}
+            if set(names) >= {"_batched_mm", "_histc"}:
+                return base | {"status": "failed", "error": "aten.histc.default is not in Core ATen opset"}
+            if "_batched_mm" in names:
+                return base | {"status": "failed", "error": "empty_permuted", "workarounds_fired": {"_histc": 1}}
+            return base | {"status": "pass"}
+
+        return run_export
+
+    probes = probe_superseders(subject, passing, run_without, budget=6)
+    assert asked == [(("_batched_mm",), False), (("_strided",), False), (("_batched_mm", "_histc"), False),
+                     (("_batched_mm", "_histc"), True)]  # fmt: skip
+    assert [p["run"] for p in probes] == [1, 1, 1, 1]
+    assert len(probe_superseders(subject, passing, run_without, budget=2)) == 2  # the budget bounds the entry
+
+
+def test_supersession_is_proposed_and_its_pr_section_names_the_takeover(tmp_path: Path):
+    (tmp_path / "onnx_disable_optimize.toml").write_text("")
+    (tmp_path / "export_skips.toml").write_text(
+        '[[entry]]\nid = "e"\nmodels = ["BertModel"]\nbackend = "dynamo"\nscope = "static"\ndependency = "torch"\n'
+        'reason = "r"\nmodel_change = "m"\nfailure = "x"\nadded = 2026-01-01\n'
+    )
+    pins = {"torch": "2.13.0", "transformers": "5.23.0"}
+    evidence = [{"model": "BertModel", "mode": "static", "run": r, "status": "pass", "max_abs_diff": 0.0} for r in (1, 2)]
+    tried = [{"model": "BertModel", "mode": "static", "status": "failed", "error": "RuntimeError: other", "without": ["_a"],
+              "proves": False},
+             {"model": "BertModel", "mode": "static", "status": "failed", "error": "ValueError: x again",
+              "without": ["_a", "_b"], "proves": True}]  # fmt: skip
+    row = {"id": "e", "list": "EXPORT_SKIPS", "models": ["BertModel"], "backend": "dynamo", "scope": "static",
+           "upstream": None, "upstream_state": {"summary": "none"}, "verdict": "superseded",
+           "reasons": ["all 2 runs pass ... took over: _a, _b"], "evidence": evidence, "superseded_by": ["_a", "_b"],
+           "supersession": tried}  # fmt: skip
+    report = {"schema": 1, "pins": pins, "entries": [row], "generated_at": "2026-12-01T00:00:00Z"}
+    [proposal] = select_proposals(report, load_ledger(tmp_path), [], [], runs_required=2).proposals
+    assert proposal.superseded_by == ("_a", "_b")
+    assert proposal.takeover == ({"model": "BertModel", "mode": "static", "without": ["_a", "_b"], "status": "failed",
+                                  "error": "ValueError: x again"},)  # fmt: skip
+    body = pr_body([proposal], 2, "exportbot/shrink")
+    assert "**Superseded by** registered workarounds `_a`, `_b`" in body
+    assert "| `BertModel` | static | `_a`, `_b` | failed: ValueError: x again |" in body
+    assert "exportbot export BertModel --backend dynamo --static --repro e --without _a --without _b" in body
+    [back] = parse_pr_body(body)
+    assert back == proposal  # the takeover round-trips through the hidden block

@@ -25,3 +25,21 @@ def enumerate_model_classes() -> list[str]:
     return sorted(collect_class_names(mappings) & set(dir(transformers)))
 
 
+
+
+# The auto mappings whose classes a generation task exports (``sweep run --task``).
+GENERATION_MAPPINGS = {
+    "text-generation": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",),
+    "text2text-generation": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",),
+    "automatic-speech-recognition": ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",),
+}
+
+
+def generation_classes(task: str) -> list[str]:
+    """Every class with a generation head for ``task`` that ``transformers`` exports (see above for why
+    ``dir``); one the tiny builder cannot build becomes a ``build-error`` record."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    mappings = [getattr(modeling_auto, name) for name in GENERATION_MAPPINGS[task]]
+    return sorted(collect_class_names(mappings) & set(dir(transformers)))

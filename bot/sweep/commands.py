@@ -6,6 +6,7 @@ import json
 import os
 import shlex
 import sys
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,15 +15,17 @@ import click
 from rich.console import Console
 
 from bot.errors import UsageProblem, report_errors
+from bot.json_output import emit_json, json_flag
 from bot.runner import BACKENDS
-from bot.sweep.catalogue import enumerate_model_classes
+from bot.sweep.catalogue import GENERATION_MAPPINGS, enumerate_model_classes, generation_classes
+from bot.sweep.causes import DEFAULT_CAUSES, Cause, CausesError, explain, load_causes
 from bot.sweep.isolation import SweepError, SweepSettings, run_sweep
 from bot.sweep.records import merge_records, record_key
-from bot.sweep.reports import coverage_markdown, summary_markdown
+from bot.sweep.reports import CENSUS_OK, coverage_markdown, summarize, summary_markdown
 from bot.sweep.results import ResultsError, ResultsWriter, read_results, repair_tail, write_records
-from bot.sweep.tasks import MODES, Key, parse_class_list, parse_shard, plan_tasks, select_classes
+from bot.sweep.tasks import GENERATE, MODES, Key, parse_class_list, parse_shard, plan_tasks, select_classes
 from bot.sweep.terminal import SweepProgress, summary_table, triage_table
-from bot.sweep.triage import triage
+from bot.sweep.triage import failure_signature, triage
 
 if TYPE_CHECKING:
     from exporters.ledger import Ledger
@@ -106,6 +109,21 @@ def _read_all(paths: Iterable[Path]) -> list[dict[str, Any]]:
         raise UsageProblem(str(error)) from None
 
 
+JSON_SHAPES = 'docs/sweep-results.md, "JSON on stdout"'
+RUN_TOP = 10  # failure groups `sweep run` shows
+
+
+def _summary_json(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [row.as_dict() for row in summarize(records)]
+
+
+def _triage_json(records: Iterable[Mapping[str, Any]], top: int) -> dict[str, Any]:
+    """The ``--top`` biggest failure groups with every export in them, and how many there are in all."""
+    groups = triage(records)
+    return {"failures": sum(group.count for group in groups), "groups_total": len(groups),
+            "groups": [group.as_dict() for group in groups[:top]]}  # fmt: skip
+
+
 def _publish_summary(records: Sequence[Mapping[str, Any]], summary_md: Path | None) -> None:
     markdown = summary_markdown(records)
     if summary_md is not None:
@@ -123,6 +141,9 @@ def _publish_summary(records: Sequence[Mapping[str, Any]], summary_md: Path | No
 @click.option("--static", "modes", flag_value="static", help="Static shapes only.")
 @click.option("--dynamic", "modes", flag_value="dynamic", help="Dynamic shapes only.")
 @click.option("--both", "modes", flag_value="both", default=True, help="Static and dynamic  [default]")
+@click.option("--task", type=click.Choice(sorted(GENERATION_MAPPINGS)), default=None,
+              help="Generation exports instead (prefill + decode, validated token for token; mode 'generate'): "
+                   "every class with this task's generation head, or those of --classes.")
 @click.option("--classes", "classes_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Export these classes (one per line, # comments) instead of every auto-mapped class.")
 @click.option("--match", "patterns", multiple=True, metavar="PATTERN",
@@ -148,11 +169,13 @@ def _publish_summary(records: Sequence[Mapping[str, Any]], summary_md: Path | No
               help="Export classes gated by this ledger entry anyway (repeatable) and record ledger_match.")
 @click.option("--summary-md", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the summary as Markdown (appended to $GITHUB_STEP_SUMMARY when that is set).")
+@json_flag("the summary (per backend/mode counts, top failure groups)", JSON_SHAPES)
 @report_errors
-def run_command(backends: tuple[str, ...], modes: str, classes_file: Path | None, patterns: tuple[str, ...],
+def run_command(backends: tuple[str, ...], modes: str, task: str | None, classes_file: Path | None,
+                patterns: tuple[str, ...],
                 limit: int | None, shard: str | None, jobs: int, timeout: float, memory_gb: float, results: Path,
                 logs_dir: Path | None, resume: bool, overwrite: bool, no_fork: bool, ignore: tuple[str, ...],
-                summary_md: Path | None) -> None:
+                summary_md: Path | None, as_json: bool) -> None:
     """Export every selected (class, backend, mode), each in its own process, appending one record per export.
 
     Each export runs in a child forked from a warm worker (one per job) that imported torch and transformers
@@ -169,13 +192,15 @@ def run_command(backends: tuple[str, ...], modes: str, classes_file: Path | None
         raise UsageProblem(str(error)) from None
     console = Console(stderr=True, markup=False)  # class names and paths are printed as they are
     ledger = _load_ledger_for_sweep(ignore)
-    classes = select_classes(_classes_from(classes_file), patterns, shard_spec, limit)
+    catalogue = generation_classes(task) if task and classes_file is None else _classes_from(classes_file)
+    classes = select_classes(catalogue, patterns, shard_spec, limit)
     settings = SweepSettings(
         backends=backends or BACKENDS, jobs=jobs, timeout=timeout, memory_gb=memory_gb, fork=not no_fork,
         ignore_ledger=ignore, logs_dir=logs_dir or results.with_suffix(".logs"),
     )  # fmt: skip
     done = _done_keys(results, resume, overwrite, console)
-    tasks = plan_tasks(classes, settings.backends, MODES if modes == "both" else (modes,), done)
+    chosen = (GENERATE,) if task else MODES if modes == "both" else (modes,)
+    tasks = plan_tasks(classes, settings.backends, chosen, done)
     console.print(f"{len(classes)} classes, {len(tasks)} exports to run ({len(done)} already recorded), "
                   f"{jobs} job(s), {'warm fork' if settings.fork else 'fresh process'} per export")  # fmt: skip
     writer = ResultsWriter(results)
@@ -195,11 +220,16 @@ def run_command(backends: tuple[str, ...], modes: str, classes_file: Path | None
     finally:
         writer.close()
     records = merge_records(_read_all([results]))
+    _publish_summary(records, summary_md)
+    if as_json:
+        emit_json({"results": str(results), "classes": len(classes), "exports_run": len(tasks),
+                   "already_recorded": len(done), "records": len(records), "summary": _summary_json(records),
+                   "triage": _triage_json(records, RUN_TOP)})  # fmt: skip
+        return
     out = Console(markup=False)
     out.print(summary_table(records, f"{results}: {len(records)} records"))
     if triage(records):
-        out.print(triage_table(records, top=10))
-    _publish_summary(records, summary_md)
+        out.print(triage_table(records, top=RUN_TOP))
 
 
 @sweep_group.command("merge")
@@ -219,11 +249,14 @@ def merge_command(out: Path, files: tuple[Path, ...]) -> None:
 @sweep_group.command("triage")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Groups to show.")
+@json_flag("the groups (signature, count, every export)", JSON_SHAPES)
 @report_errors
-def triage_command(files: tuple[Path, ...], top: int) -> None:
+def triage_command(files: tuple[Path, ...], top: int, as_json: bool) -> None:
     """Group the failures in result FILES by normalised error signature, biggest group first."""
     records = merge_records(_read_all(files))
-    if triage(records):
+    if as_json:
+        emit_json({"records": len(records), **_triage_json(records, top)})
+    elif triage(records):
         Console(markup=False).print(triage_table(records, top))
     else:
         click.echo(f"no failures among {len(records)} records")
@@ -236,18 +269,50 @@ def triage_command(files: tuple[Path, ...], top: int) -> None:
 @click.option("--census", "census_files", multiple=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Tiny-factory census results (scripts/tiny_census.py), repeatable: adds the builder gaps by cause.")
+@click.option("--causes", "causes_file", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_CAUSES,
+              show_default=True,
+              help="Reviewed causes of failure groups ([[cause]] tables); a missing file leaves every failure untriaged.")
+@json_flag("what was written (the file, per backend/mode counts, census counts)", JSON_SHAPES)
 @report_errors
-def coverage_command(files: tuple[Path, ...], out: Path, census_files: tuple[Path, ...]) -> None:
+def coverage_command(files: tuple[Path, ...], out: Path, census_files: tuple[Path, ...], causes_file: Path,
+                     as_json: bool) -> None:
     """Regenerate the coverage table (class, backend, mode, status, seconds, workarounds fired, ledger entry,
-    error) from result FILES; the file says which command made it, so nobody edits it by hand."""
+    error) from result FILES, and say why each export that did not pass does not: a ledger entry, a builder gap,
+    a reviewed cause from --causes, or untriaged. The file says which command made it, so nobody edits it by hand."""
     census_args = [argument for path in census_files for argument in ("--census", str(path))]
-    command = shlex.join(["exportbot", "sweep", "coverage", *map(str, files), *census_args, "--out", str(out)])
+    command = shlex.join(["exportbot", "sweep", "coverage", *map(str, files), *census_args,
+                          "--causes", str(causes_file), "--out", str(out)])  # fmt: skip
+    try:
+        causes = load_causes(causes_file)
+    except CausesError as error:
+        raise UsageProblem(str(error)) from None
     records = _read_all(files)
     census = [_census_record(line, path) for path in census_files
               for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(coverage_markdown(records, command, census), encoding="utf-8")
-    click.echo(f"{out}: {len(merge_records(records))} exports")
+    out.write_text(coverage_markdown(records, command, census, causes), encoding="utf-8")
+    exports = merge_records(records)
+    if as_json:
+        emit_json(_coverage_json(out, exports, census, causes))
+    else:
+        click.echo(f"{out}: {len(exports)} exports")
+
+
+def _coverage_json(out: Path, exports: Sequence[Mapping[str, Any]], census: Sequence[Mapping[str, Any]],
+                   causes: Sequence[Cause]) -> dict[str, Any]:  # fmt: skip
+    """What ``coverage --json`` prints: the counts of the file it wrote, and why the rest do not pass."""
+    latest = {record["model"]: record["status"] for record in census}  # a rerun supersedes, as in the file
+    explanation = explain(exports, causes, {m: s == CENSUS_OK for m, s in latest.items()} if census else None)
+    return {
+        "out": str(out), "exports": len(exports), "summary": _summary_json(exports),
+        "census": {"classes": len(latest), "counts": dict(Counter(latest.values()).most_common())} if census else None,
+        "not_passing": {
+            "ledger": len(explanation.ledger), "builder_gap": len(explanation.builder_gap),
+            "causes": {cause_id: len(found) for cause_id, found in explanation.by_cause.items()},
+            "untriaged": [{"model": r["model"], "backend": r["backend"], "mode": r["mode"],
+                           "signature": failure_signature(r)} for r in sorted(explanation.untriaged, key=record_key)],
+        },
+    }  # fmt: skip
 
 
 def _census_record(line: str, path: Path) -> dict[str, Any]:

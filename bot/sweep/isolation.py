@@ -188,7 +188,7 @@ class SweepSettings:
     def child_task(self, task: Task) -> ChildTask:
         return ChildTask(
             task.model, task.backend, task.dynamic, list(self.ignore_ledger), self.timeout, self.memory_gb,
-            self.threads, str(self.log_file(task)), str(self.logs_dir / f"{task.slug}.result.json"),
+            self.threads, str(self.log_file(task)), str(self.logs_dir / f"{task.slug}.result.json"), task.generate,
         )  # fmt: skip
 
     def runner(self, number: int) -> Runner:

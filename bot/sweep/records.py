@@ -59,8 +59,8 @@ def classify_against_entry(outcome: Mapping[str, Any], entry: LedgerEntry) -> st
 def ignored_entry(ledger: Ledger, task: Task, ignore: Iterable[str]) -> LedgerEntry | None:
     """The entry that would have changed this export (a skip, or ONNX's optimizer switch) if ``--ignore-ledger``
     had not named it (or ``all``); None when no entry applies or the one that applies is still honoured."""
-    entry = ledger.skip(task.model, task.backend, task.dynamic)
-    if entry is None and task.backend == "onnx":
+    entry = ledger.skip(task.model, task.backend, task.dynamic, generate=task.generate)
+    if entry is None and task.backend == "onnx" and not task.generate:
         entry = ledger.disable_optimize(task.model, task.dynamic)
     return entry if entry is not None and {"all", entry.id} & set(ignore) else None
 

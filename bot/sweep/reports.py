@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.runner import BUILD_ERROR, PASS
+from bot.sweep.causes import Cause, explain
 from bot.sweep.records import SCHEMA, STATUSES, merge_records
-from bot.sweep.triage import normalize_error, triage
+from bot.sweep.tasks import GENERATE
+from bot.sweep.triage import failure_signature, normalize_error, triage
 
 
 @dataclass
@@ -34,6 +36,12 @@ class SummaryRow:
         """Passes over the records whose tiny model could be built: the exporter's own rate (issue targets)."""
         built = self.total - self.counts[BUILD_ERROR]
         return self.counts[PASS] / built if built else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """``sweep ... --json``'s summary row (docs/sweep-results.md): counts in ``STATUSES`` order, rates 0-1."""
+        counts = {status: self.counts[status] for status in summary_statuses([self])}
+        return {"backend": self.backend, "mode": self.mode, "total": self.total, "counts": counts,
+                "pass_rate": round(self.pass_rate, 4), "built_pass_rate": round(self.built_pass_rate, 4)}
 
 
 def summarize(records: Iterable[Mapping[str, Any]]) -> list[SummaryRow]:
@@ -141,6 +149,53 @@ def runnable_markdown(records: Sequence[Mapping[str, Any]], census: Sequence[Map
     )
 
 
+def causes_markdown(
+    records: Sequence[Mapping[str, Any]], causes: Sequence[Cause], census: Sequence[Mapping[str, Any]] = ()
+) -> list[str]:
+    """Every export that did not pass, in one bucket each: gated by the ledger, a builder gap, a reviewed cause
+    of ``sweeps/causes.toml`` (with its level, reason and action), or untriaged (listed one by one, the work left)."""
+    census_ok = {record["model"]: record["status"] == CENSUS_OK for record in census} if census else None
+    explanation = explain(records, causes, census_ok)
+    total = len(explanation.ledger) + len(explanation.builder_gap) + explanation.triaged + len(explanation.untriaged)
+    lines = [
+        "## Why the rest do not pass",
+        "",
+        f"{total} exports did not pass: {len(explanation.ledger)} are gated by a ledger entry (registry/), "
+        f"{len(explanation.builder_gap)} are builder gaps (the class does not build or run eagerly, see below), "
+        f"{explanation.triaged} have a reviewed cause (`sweeps/causes.toml`), {len(explanation.untriaged)} are "
+        "untriaged.",
+        "",
+    ]
+    per_mode: dict[tuple[str, str], Counter[str]] = {}
+    buckets = [("ledger", explanation.ledger), ("builder gap", explanation.builder_gap),
+               ("triaged", [r for rs in explanation.by_cause.values() for r in rs]),
+               ("untriaged", explanation.untriaged)]  # fmt: skip
+    for bucket, bucket_records in buckets:
+        for record in bucket_records:
+            per_mode.setdefault((record["backend"], record["mode"]), Counter())[bucket] += 1
+    lines += _md_table(
+        ["backend", "mode", "not pass", *(bucket for bucket, _ in buckets)],
+        ([backend, mode, sum(counts.values()), *(counts[bucket] for bucket, _ in buckets)]
+         for (backend, mode), counts in sorted(per_mode.items())),
+    )  # fmt: skip
+    if causes:
+        lines += ["", "### Reviewed causes", ""]
+        lines += _md_table(
+            ["cause", "level", "exports", "examples", "reason", "action"],
+            ([cause.id, cause.level, len(explanation.by_cause[cause.id]),
+              ", ".join(sorted({r["model"] for r in explanation.by_cause[cause.id]})[:4]), cause.reason, cause.action]
+             for cause in causes),
+        )  # fmt: skip
+    if explanation.untriaged:
+        lines += ["", f"### Untriaged ({len(explanation.untriaged)})", ""]
+        lines += _md_table(
+            ["class", "backend", "mode", "signature"],
+            ([r["model"], r["backend"], r["mode"], failure_signature(r)]
+             for r in sorted(explanation.untriaged, key=lambda r: (r["model"], r["backend"], r["mode"]))),
+        )  # fmt: skip
+    return lines
+
+
 def _exporter_line(records: Sequence[Mapping[str, Any]]) -> str:
     """How many records each exporter hash made, most first; records from before the field are counted apart."""
     counts = Counter(record.get("exporter_version") or "" for record in records)
@@ -150,10 +205,35 @@ def _exporter_line(records: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(parts) or "none"
 
 
+def generation_markdown(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The generation column: per class and backend, the generation export's status (mode ``generate``,
+    ``sweep run --task``) beside the same class's single-graph dynamic export; empty without generate records."""
+    generation = [record for record in records if record["mode"] == GENERATE]
+    if not generation:
+        return []
+    dynamic = {(r["model"], r["backend"]): r["status"] for r in records if r["mode"] == "dynamic"}
+    passed = sum(record["status"] == PASS for record in generation)
+    lines = [
+        "", "## Generation (`sweep run --task …`: prefill + decode with a KV cache, `generate()` token for token)", "",
+        f"{passed} of {len(generation)} generation exports pass: both components validated from the written bundle "
+        "at two shapes and 16 greedy tokens of two padded prompts equal to eager `generate()` (docs/generation.md). "
+        "`dynamic export` is the same class's single-graph dynamic record, where one exists.", "",
+    ]  # fmt: skip
+    return lines + _md_table(
+        ["class", "backend", "dynamic export", "generation", "detail"],
+        ([r["model"], r["backend"], dynamic.get((r["model"], r["backend"]), "—"), r["status"],
+          first_line(r.get("error")) or (r.get("ledger_entry") or "")] for r in generation),
+    )  # fmt: skip
+
+
 def coverage_markdown(
-    records: Sequence[Mapping[str, Any]], command: str, census: Sequence[Mapping[str, Any]] = ()
+    records: Sequence[Mapping[str, Any]],
+    command: str,
+    census: Sequence[Mapping[str, Any]] = (),
+    causes: Sequence[Cause] = (),
 ) -> str:
-    """``docs/coverage.md``: generated from result files (and the tiny census) by ``command``, never by hand."""
+    """``docs/coverage.md``: generated from result files (and the tiny census and reviewed causes) by ``command``,
+    never by hand."""
     records = merge_records(records)
     lines = [
         f"<!-- Generated by `{command}`. Do not edit by hand: rerun the command. -->",
@@ -172,7 +252,11 @@ def coverage_markdown(
     ]
     lines += summary_markdown(records).splitlines()
     if census:
-        lines += ["", *runnable_markdown(records, census), "", *census_markdown(census)]
+        lines += ["", *runnable_markdown(records, census)]
+    lines += ["", *causes_markdown(records, causes, census)]
+    if census:
+        lines += ["", *census_markdown(census)]
+    lines += generation_markdown(records)
     lines += ["", "## Every export", ""]
     lines += _md_table(
         ["class", "backend", "mode", "status", "seconds", "workarounds fired", "ledger entry", "error"],

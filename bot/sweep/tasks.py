@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MODES = ("static", "dynamic")
+GENERATE = "generate"  # ``sweep run --task text-generation``: prefill + decode, validated token for token
 
 Key = tuple[str, str, str]  # (class, backend, mode): one record per key
 
@@ -27,7 +28,11 @@ class Task:
 
     @property
     def dynamic(self) -> bool:
-        return self.mode == "dynamic"
+        return self.mode != "static"  # a generation export has dynamic shapes
+
+    @property
+    def generate(self) -> bool:
+        return self.mode == GENERATE
 
     @property
     def key(self) -> Key:

@@ -73,6 +73,11 @@ class FailureGroup:
     def examples(self, limit: int = 3) -> list[str]:
         return [f"{model} ({backend}/{mode})" for model, backend, mode in sorted(self.keys)[:limit]]
 
+    def as_dict(self) -> dict[str, Any]:
+        """``sweep ... --json``'s failure group (docs/sweep-results.md): every export in it, not only examples."""
+        exports = [{"model": model, "backend": backend, "mode": mode} for model, backend, mode in sorted(self.keys)]
+        return {"signature": self.signature, "count": self.count, "exports": exports}
+
 
 def triage(records: Iterable[Mapping[str, Any]]) -> list[FailureGroup]:
     """Group every record that neither passed nor was skipped by ``failure_signature``, biggest group first."""

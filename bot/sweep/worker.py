@@ -45,6 +45,7 @@ class ChildTask:
     threads: int
     log_file: str
     result_file: str
+    generate: bool = False  # a generation export (bot.generate_outcome), not a single-graph one
 
 
 @dataclass
@@ -129,8 +130,13 @@ def _child_body(task: ChildTask, spawned_at: float, spawned: bool) -> NoReturn:
 
         torch.set_num_threads(task.threads)
         startup_seconds = round(time.time() - spawned_at, 3)
-        request = ExportRequest(task.model, task.backend, task.dynamic, ignore_ledger=tuple(task.ignore_ledger))
-        outcome = export_one(request)
+        if task.generate:
+            from bot.generate_outcome import sweep_generation_outcome
+
+            outcome = sweep_generation_outcome(task.model, task.backend, task.ignore_ledger)
+        else:
+            request = ExportRequest(task.model, task.backend, task.dynamic, ignore_ledger=tuple(task.ignore_ledger))
+            outcome = export_one(request)
         _write_json_atomically(
             Path(task.result_file), {"outcome": outcome.as_dict(), "startup_seconds": startup_seconds}
         )

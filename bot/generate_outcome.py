@@ -1,0 +1,139 @@
+"""Outcome records of generation exports: the audit's re-run of a ``generate`` entry and the sweep's
+generation task (``sweep run --task text-generation``), both as ``ExportOutcome`` like any other export.
+
+The audit's re-run of a ``generate``-scope ledger entry is a generation export, not a single-graph one.
+
+A ``generate`` entry says a class's *generation* export fails (prefill + decode with a KV cache, or the
+token-for-token check); a plain dynamic export of the same class may well pass, so it is no evidence that
+the entry can go. The audit's re-run child is ``exportbot export CLASS --backend B --dynamic --repro ID``
+(bot.rerun) for every entry; when entry ID has scope ``generate``, the export command hands it here, so
+``exportbot export CLASS --repro ID`` by hand still runs exactly what the audit runs. This runs
+``export_for_generation`` without the ledger (the entry's gate off, recorded in ``workaround_off``) on the
+entry's reproducer (its ``config`` overrides and ``seed``), validates the written bundle (both components at
+two shapes, ``generate()`` token for token against eager) and records it as an ``ExportOutcome``: the same
+record, verdict rules and report as any other re-run.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from bot.errors import EXIT_FAILED, UsageProblem
+from bot.runner import BUILD_ERROR, FAILED, ExportOutcome
+from exporters.ledger import LedgerEntry, LedgerError, load_ledger
+
+GENERATE_SCOPE = "generate"
+
+
+def generate_entry(entry_id: str) -> LedgerEntry | None:
+    """The ledger entry ``entry_id`` if its scope is ``generate`` (any other entry, or none: None)."""
+    try:
+        entry = load_ledger().by_id(entry_id)
+    except (KeyError, LedgerError):  # an unknown id or an invalid ledger: check_repro says it in one line
+        return None
+    return entry if entry.scope == GENERATE_SCOPE else None
+
+
+def generation_outcome(model_class: str, backend: str, out_dir: Path, seed: int = 0,
+                       overrides: dict[str, Any] | None = None, without: tuple[str, ...] = ()) -> ExportOutcome:
+    """Export ``model_class`` for generation without the ledger, validated token for token; never raises for a
+    failed export (the failure is the outcome, its first line in ``cause``)."""
+    from bot.generate_cli import export_generation
+    from exporters.base import package_versions
+    from exporters.ledger import default_registry_dir
+
+    outcome = ExportOutcome(model_class, backend, True, FAILED, 0.0, versions=package_versions(backend),
+                            registry=str(default_registry_dir()))
+    outcome.options = {"task": "generation", "seed": seed, "overrides": overrides or {}}
+    started = time.perf_counter()
+    try:
+        export = export_generation(model_class, backend, out_dir, seed=seed, overrides=overrides, ignore_ledger=True,
+                                   without=without)
+    except Exception as error:  # the export failed: that is the result, with its cause
+        outcome.status = BUILD_ERROR if isinstance(error, UsageProblem) else FAILED
+        outcome.error_type = type(error).__name__
+        outcome.error = str(error).strip()[:4000] or type(error).__name__
+        outcome.cause = (outcome.error.splitlines() or [""])[0]
+    else:
+        outcome.status = export.status
+        outcome.workarounds_disabled = sorted({w for r in export.results.values()
+                                               for w in r.metadata.workarounds_disabled})
+        outcome.workarounds_fired = {w: c for r in export.results.values()
+                                     for w, c in r.metadata.workarounds_fired.items()}
+        outcome.stage_seconds = {f"{name}: {stage}": s for name, r in export.results.items()
+                                 for stage, s in r.metadata.stage_seconds.items()}
+        if export.check is not None:
+            outcome.max_abs_diff = {"logits": export.check.max_logits_diff or 0.0}
+        if export.status != "pass":
+            outcome.error = "; ".join(export.problems()[:5]) or export.status
+        elif out_dir.is_dir():
+            outcome.files = {"bundle": str(out_dir)}
+    outcome.seconds = round(time.perf_counter() - started, 3)
+    return outcome
+
+
+def rerun_generation(entry: LedgerEntry, model_class: str, backend: str, out_dir: Path,
+                     seed: int = 0, without: tuple[str, ...] = ()) -> ExportOutcome:
+    """Export ``model_class`` for generation as entry ``entry`` reproduces it, with the entry's gate off (and
+    the workarounds ``without`` names: the audit's supersession probes)."""
+    if model_class not in entry.models:
+        raise UsageProblem(f"--repro {entry.id}: {model_class} is not one of its models ({', '.join(entry.models)})")
+    if backend != entry.backend:
+        raise UsageProblem(f"--repro {entry.id}: a {entry.backend} entry; pass --backend {entry.backend}")
+    repro = entry.repro
+    if repro is not None and (repro.script is not None or repro.inputs or repro.export):
+        raise UsageProblem(f"--repro {entry.id}: a generate entry's reproducer takes config and seed only "
+                           "(prompts and export settings are the generation export's: docs/generation.md)")
+    overrides = dict(repro.config) if repro is not None else {}
+    if repro is not None and repro.seed is not None:
+        seed = repro.seed
+    outcome = generation_outcome(model_class, backend, out_dir, seed, overrides, without)
+    outcome.repro = entry.id
+    outcome.repro_source = "generation export of the tiny model" + (" with config" if overrides else "")
+    outcome.workaround_off.append(entry.id)  # the gate was off: the export ran without the ledger
+    return outcome
+
+
+def sweep_generation_outcome(model_class: str, backend: str, ignore_ledger: list[str]) -> ExportOutcome:
+    """The sweep's generation task (``sweep run --task text-generation``): the class's generation export, into
+    a scratch bundle, unless a ledger entry gates it (``skipped``, as the sweep records any gated export)."""
+    import tempfile
+
+    from bot.runner import SKIPPED
+
+    entry = load_ledger().skip(model_class, backend, dynamic=True, generate=True)
+    if entry is not None and not {"all", entry.id} & set(ignore_ledger):
+        outcome = ExportOutcome(model_class, backend, True, SKIPPED, 0.0, ledger_entry=entry.id,
+                                ledger_reason=entry.reason)
+        outcome.options = {"task": "generation"}
+        return outcome
+    with tempfile.TemporaryDirectory(prefix="exportbot-sweep-generation-") as scratch:
+        outcome = generation_outcome(model_class, backend, Path(scratch) / "bundle")
+    outcome.files = {}  # the scratch bundle is gone
+    if entry is not None:
+        outcome.workaround_off.append(entry.id)
+    return outcome
+
+
+def rerun_generation_command(entry: LedgerEntry, model: str, backend: str, out_dir: Path | None,
+                             outcome_json: Path | None, as_json: bool, seed: int,
+                             without: tuple[str, ...] = ()) -> None:
+    """``exportbot export CLASS --repro ID`` for a generate entry: the outcome record, exit 1 unless it passed."""
+    from bot.json_output import emit_json
+
+    out_dir = out_dir or Path("out") / f"{model}-{backend}-generation"
+    outcome = rerun_generation(entry, model, backend, out_dir, seed, without)
+    if outcome_json is not None:
+        emit_json(outcome.as_dict(), outcome_json)
+    if as_json:
+        emit_json(outcome.as_dict())
+    else:
+        click.echo(f"{model} → {backend} (generation, reproducer of {entry.id}, its gate off): {outcome.status}"
+                   + (f": {outcome.error.splitlines()[0]}" if outcome.error else ""))
+    if outcome.status != "pass":
+        sys.exit(EXIT_FAILED)

@@ -1,0 +1,171 @@
+"""Each generic tiny-builder rule, on one representative class: a real build and one eager forward, which raise
+without the rule (the census error the rule fixed is quoted in each test). Every build is of a few-kB model."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from exporters.tiny import AUDIO_SAMPLES, CHOICES, IMAGE, build_tiny, padded_mask
+
+
+def _forward(tiny):
+    with torch.no_grad():
+        return tiny.model(**tiny.inputs)
+
+
+def test_multiple_choice_heads_get_one_row_per_choice():
+    """Was: ``shape '[-1, 8]' is invalid for input of size 2`` (2-d ids read as 8 choices)."""
+    tiny = build_tiny("BertForMultipleChoice")
+    assert tiny.inputs["input_ids"].shape == (2, CHOICES, 8)
+    assert tiny.inputs["attention_mask"].shape == (2, CHOICES, 8)
+    assert _forward(tiny).logits.shape == (2, CHOICES)
+
+
+def test_encoder_decoder_sequence_classifiers_get_one_eos_per_row_at_its_end():
+    """Was: ``Each example must contain at least one <eos> token``."""
+    tiny = build_tiny("BartForSequenceClassification")
+    ids, mask, eos = tiny.inputs["input_ids"], tiny.inputs["attention_mask"], tiny.model.config.eos_token_id
+    assert mask.tolist() == padded_mask(2, 8, "right").tolist()  # the padded layout is kept
+    assert (ids == eos).sum(dim=1).tolist() == [1, 1]
+    assert [int(ids[row, int(mask[row].sum()) - 1]) for row in range(2)] == [eos, eos]
+    assert _forward(tiny).logits.shape == (2, 3)
+
+
+def test_global_attention_models_get_a_question_answer_layout():
+    """Was: ``There should be exactly three separator tokens: 2 in every sample``."""
+    tiny = build_tiny("LongformerForQuestionAnswering")
+    sep = tiny.model.config.sep_token_id
+    assert ((tiny.inputs["input_ids"] == sep).sum(dim=1) == 3).all()
+    assert _forward(tiny).start_logits.shape == (2, 8)
+
+
+def test_question_token_models_get_a_question_in_every_row():
+    """Was: ``All samples in the batch must have at least one question token``."""
+    tiny = build_tiny("SplinterForPreTraining")
+    assert ((tiny.inputs["input_ids"] == tiny.model.config.question_token_id).sum(dim=1) == 1).all()
+    _forward(tiny)
+
+
+def test_xvector_heads_get_a_clip_long_enough_for_their_dilated_kernels():
+    """Was: ``Calculated padded input size per channel: (4). Kernel size: (5)``."""
+    tiny = build_tiny("Wav2Vec2ForXVector")
+    assert tiny.inputs["input_values"].shape[-1] > AUDIO_SAMPLES
+    assert _forward(tiny).logits.shape[0] == 2
+
+
+def test_text_recognisers_get_an_image_their_pooling_leaves_something_of():
+    """Was: ``Given input size: (384x2x8). Calculated output size: (384x0x4). Output size is too small``."""
+    tiny = build_tiny("PPOCRV6TinyRecModel")
+    assert tiny.inputs["pixel_values"].shape[-2:] > (IMAGE, IMAGE)
+    _forward(tiny)
+
+
+def test_images_that_already_run_keep_the_default_size():
+    assert build_tiny("ResNetModel").inputs["pixel_values"].shape == (2, 3, IMAGE, IMAGE)
+
+
+def test_waveform_codecs_get_channels_first_audio_of_whole_hops():
+    """Was: ``not enough values to unpack (expected 3, got 2)`` (Encodec reads (batch, channels, samples))."""
+    tiny = build_tiny("EncodecModel")
+    values, hop = tiny.inputs["input_values"], math.prod(tiny.model.config.upsampling_ratios)
+    assert values.shape[:2] == (2, tiny.model.config.audio_channels) and values.shape[-1] % hop == 0
+    _forward(tiny)
+
+
+def test_dpt_picks_as_many_backbone_layers_as_its_neck_has_stages():
+    """Was: ``The number of hidden states should be equal to the number of neck hidden sizes``."""
+    tiny = build_tiny("DPTForDepthEstimation")
+    config = tiny.model.config
+    assert len(config.backbone_out_indices) == len(config.neck_hidden_sizes)
+    assert max(config.backbone_out_indices) < config.num_hidden_layers
+    _forward(tiny)
+
+
+def test_a_backbone_parent_reads_the_shrunk_backbones_stages_patches_and_width():
+    """Was: ``hidden_states should be a tuple or list of tensors`` (out_indices 9..12 of a 2-layer backbone),
+    then a reshape by the full-size patch and a 384-channel projection of 32 channels."""
+    tiny = build_tiny("DepthAnythingForDepthEstimation")
+    config, backbone = tiny.model.config, tiny.model.config.backbone_config
+    assert len(backbone.out_indices) == len(config.neck_hidden_sizes)
+    assert max(backbone.out_indices) <= backbone.num_hidden_layers
+    assert (config.patch_size, config.reassemble_hidden_size) == (backbone.patch_size, backbone.hidden_size)
+    assert _forward(tiny).predicted_depth.shape[0] == 2
+
+
+def test_codebook_inputs_get_one_row_per_codebook_where_the_forward_documents_it():
+    """Was: ``shape '[-1, 4, 8]' is invalid for input of size 16`` (Musicgen reads (batch * codebooks, seq))."""
+    tiny = build_tiny("MusicgenForConditionalGeneration")
+    codebooks = tiny.model.config.decoder.num_codebooks
+    assert tiny.inputs["decoder_input_ids"].shape == (2 * codebooks, 8)
+    assert tiny.inputs["input_ids"].shape == (2, 8)  # the text prompt stays one row per example
+    _forward(tiny)
+
+
+def test_time_series_models_get_a_history_with_its_lags_and_time_features():
+    """Was: ``The `prediction_length` config needs to be specified`` and, once it is, ``forward takes none of
+    input_ids, pixel_values, input_values, input_features``."""
+    tiny = build_tiny("TimeSeriesTransformerModel")
+    config = tiny.model.config
+    history = config.context_length + max(config.lags_sequence)
+    assert tiny.inputs["past_values"].shape == (2, history)
+    assert tiny.inputs["past_time_features"].shape == (2, history, config.num_time_features)
+    assert bool(tiny.inputs["past_observed_mask"].all())
+    _forward(tiny)
+
+
+def test_multichannel_series_get_one_value_per_channel_per_step():
+    tiny = build_tiny("PatchTSTModel")
+    assert tiny.inputs["past_values"].shape == (2, tiny.model.config.context_length, 1)
+    _forward(tiny)
+
+
+def test_video_models_get_clips_of_their_frame_count():
+    """Was: ``not enough values to unpack (expected 5, got 4)``."""
+    tiny = build_tiny("VideoMAEModel")
+    assert tiny.inputs["pixel_values"].shape == (2, tiny.model.config.num_frames, 3, IMAGE, IMAGE)
+    _forward(tiny)
+
+
+def test_pixel_values_videos_is_a_primary_input():
+    """Was: ``forward takes none of input_ids, pixel_values, input_values, input_features``."""
+    tiny = build_tiny("VJEPA2Model")
+    assert tiny.inputs["pixel_values_videos"].dim() == 5
+    _forward(tiny)
+
+
+def test_image_models_that_count_frames_elsewhere_keep_4d_images():
+    assert build_tiny("PerceiverForImageClassificationLearned").inputs["pixel_values"].dim() == 4
+
+
+def test_keypoint_matchers_get_image_pairs():
+    """Was: ``Input must be a 5D tensor of shape (batch_size, 2, num_channels, height, width)``."""
+    tiny = build_tiny("LightGlueForKeypointMatching")
+    assert tiny.inputs["pixel_values"].shape[:2] == (2, 2)
+    _forward(tiny)
+
+
+def test_mamba2_heads_split_the_shrunk_inner_width():
+    """Was: ``shape '[2, 8, 4, 8]' is invalid for input of size 1024``."""
+    tiny = build_tiny("Mamba2Model")
+    config = tiny.model.config
+    assert config.num_heads * config.head_dim == config.expand * config.hidden_size
+    assert config.num_heads % config.n_groups == 0
+    _forward(tiny)
+
+
+def test_lilt_widths_split_into_six_box_embeddings_and_a_headed_layout_stream():
+    """Was: ``mat1 and mat2 shapes cannot be multiplied (16x30 and 32x8)`` (6 x 32 // 6 = 30)."""
+    tiny = build_tiny("LiltModel")
+    config = tiny.model.config
+    layout = config.hidden_size // config.channel_shrink_ratio
+    assert config.hidden_size % 6 == 0 and layout % config.num_attention_heads == 0
+    _forward(tiny)
+
+
+def test_vision_language_models_led_by_pixels_get_their_text_too():
+    """Was: ``'NoneType' object has no attribute 'size'`` (BLIP's captioner given no text)."""
+    tiny = build_tiny("BlipForConditionalGeneration")
+    assert tiny.inputs["input_ids"].shape == (2, 8) and tiny.inputs["pixel_values"].dim() == 4
+    _forward(tiny)
