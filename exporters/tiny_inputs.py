@@ -241,7 +241,10 @@ def sample_inputs(
             wanted.append("pixel_values")
     if primary == "pixel_values" and "input_ids" in parameters:  # vision-language: the text half too (Kosmos-2)
         wanted += [p for p in ("input_ids", "attention_mask") if p in parameters]
-    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
+    # Block-diffusion models (DiffusionGemma) draw a random canvas when decoder_input_ids is left out, so eager
+    # would differ from itself: the canvas is given, like an encoder-decoder's decoder inputs.
+    decoded = getattr(config, "is_encoder_decoder", False) or getattr(config, "canvas_length", None)
+    if decoded and "decoder_input_ids" in parameters:
         wanted.append("decoder_input_ids")
     for name, parameter in parameters.items():
         required = parameter.default is inspect.Parameter.empty and parameter.kind in (

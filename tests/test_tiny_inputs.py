@@ -69,3 +69,12 @@ def _clock():
     from exporters.base import StageClock
 
     return StageClock({})
+
+
+def test_block_diffusion_canvas_is_an_input_so_eager_is_deterministic():
+    tiny = build_tiny("DiffusionGemmaModel")  # without decoder_input_ids its forward draws a random canvas
+    assert tiny.inputs["decoder_input_ids"].shape == tiny.inputs["input_ids"].shape
+    with torch.no_grad():
+        first = tiny.model(**tiny.inputs).last_hidden_state
+        second = tiny.model(**tiny.inputs).last_hidden_state
+    assert torch.equal(first, second)
