@@ -318,22 +318,23 @@ def prepare_for_cuda(
 
 
 # ── Stage 2: Torch patches ──
-# Nesting, outermost first: ``executorch`` (every backend), then ``executorch.<backend>``, then
-# ``executorch.<backend>.dynamic`` (only for exports with dynamic shapes: a workaround that matters only for
-# symbolic dims costs a static export nothing), then ``dynamo`` (installed by ``DynamoExporter.export_program``
-# inside). When two levels patch one target, the inner one receives the outer replacement as its
+# Nesting, outermost first: ``executorch`` (every backend), then ``executorch.dynamic`` and
+# ``executorch.<backend>``, then ``executorch.<backend>.dynamic`` (the ``.dynamic`` levels only for exports with
+# dynamic shapes: a workaround that matters only for symbolic dims costs a static export nothing), then
+# ``dynamo`` (installed by ``DynamoExporter.export_program`` inside). When two levels patch one target, the inner one receives the outer replacement as its
 # ``original``. Patches stay installed through lowering, because ``to_edge_transform_and_lower`` re-traces the
 # program (``run_decompositions``).
 @contextlib.contextmanager
 def installed_executorch_patches(backend: str, without: frozenset[str], *, dynamic: bool) -> Iterator[list[str]]:
     with (
         installed_patches("executorch", without) as common,
+        (installed_patches("executorch.dynamic", without) if dynamic else contextlib.nullcontext([])) as common_dynamic,
         installed_patches(f"executorch.{backend}", without) as own,
         (
             installed_patches(f"executorch.{backend}.dynamic", without) if dynamic else contextlib.nullcontext([])
         ) as dynamic_only,
     ):
-        yield [*common, *own, *dynamic_only]
+        yield [*common, *common_dynamic, *own, *dynamic_only]
 
 
 # ── Stage 3: ExecuTorch patches ──
@@ -392,6 +393,53 @@ def _patch_moe_experts_batched_mm(original: Callable) -> Callable:
         return original(self, "batched_mm" if experts_implementation == "grouped_mm" else experts_implementation, default)
 
     return get_interface
+
+
+@register_patch(
+    "executorch.dynamic", "executorch.exir.verification.verifier._check_tensor_args_matching_op_allowed_dtype",
+    dependency="executorch",
+)  # fmt: skip
+def _patch_edge_dtype_check_specialising_list_returns(original: Callable) -> Callable:
+    """Stop the edge verifier's dtype check from specialising a dynamic dim of an op that returns ``Tensor[]``.
+
+    ``EdgeOpArgValidator.call_function`` reads an op's outputs from ``node.meta["val"]`` as one entry per
+    schema return, but an op with a single ``Tensor[]`` return (``split_with_sizes_copy``, ``unbind_copy``)
+    stores the list itself there: the validator then takes the list's first tensor for the list and calls
+    ``len()`` on it, which turns that tensor's symbolic dim 0 into a Python int. The guard specialises the
+    symbol to the sample's size in the program's shape env, so ``to_edge`` (whose ``ExportedProgram``
+    constructor runs the verifier) returns, and leaves behind in the traced program, a graph that is static
+    where torch.export made it dynamic. Validation then fails at the second shape (``input 'input_ids' dim 1
+    is 6; the export is static there: 8``). Dense models split along a static batch dim, so the guard is
+    harmless there. Mixture-of-experts ``batched_mm`` experts split ``[tokens * top_k, 2 * intermediate]``
+    rows (``gate_up.chunk(2, dim=-1)``), whose dim 0 is the flattened, dynamic token count (Mixtral,
+    Qwen2-MoE prefill). While the check runs, each such node's list is wrapped as its one return, so the
+    validator sees a list, checks its dtype, and guards nothing; the meta is restored after. Scoped to dynamic
+    exports: static dims make the guard a no-op. No upstream issue is filed yet.
+    """
+
+    def check(graph_module: torch.fx.GraphModule) -> None:
+        wrapped = [node for node in graph_module.graph.nodes if _single_list_return(node)]
+        for node in wrapped:
+            node.meta["val"] = (node.meta["val"],)
+        try:
+            return original(graph_module)
+        finally:
+            for node in wrapped:
+                node.meta["val"] = node.meta["val"][0]
+
+    return check
+
+
+def _single_list_return(node: torch.fx.Node) -> bool:
+    """An op node whose schema has one ``Tensor[]`` return and whose meta value is that list."""
+    returns = getattr(getattr(node.target, "_schema", None), "returns", None)
+    return (
+        node.op == "call_function"
+        and isinstance(node.meta.get("val"), list)
+        and returns is not None
+        and len(returns) == 1
+        and returns[0].type == torch.ListType.ofTensors()
+    )
 
 
 @register_patch(
