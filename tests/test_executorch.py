@@ -168,6 +168,34 @@ def test_dynamic_only_xnnpack_patch_costs_a_static_export_nothing():
     assert static.artifact.buffer == ExecutorchExporter(bare).export(model, inputs).artifact.buffer
 
 
+class FlatTokenSplit(torch.nn.Module):
+    """Tokens flattened into rows, then a fused projection chunked in two: a MoE ``batched_mm`` expert's
+    ``gate_up.chunk(2, dim=-1)`` on ``[tokens * top_k, 2 * intermediate]`` rows, whose dim 0 is dynamic."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate_up = torch.nn.Linear(8, 16)
+
+    def forward(self, x):
+        gate, up = self.gate_up(x.reshape(-1, 8)).chunk(2, dim=-1)
+        return (torch.nn.functional.silu(gate) * up).reshape(x.shape[0], -1, 8)
+
+
+def test_edge_verifier_keeps_a_dynamic_dim_split_by_a_list_returning_op():
+    """``to_edge``'s dtype check specialised the sequence dim to the sample's 8 (in the traced program too);
+    with the patch the export stays dynamic and validates at a second shape."""
+    model, inputs = FlatTokenSplit(), {"x": torch.randn(2, 8, 8)}
+    shapes = {"x": {1: Dim("sequence", min=2, max=16)}}
+    fixed = ExecutorchExporter(ExecutorchConfig(dynamic_shapes=shapes)).export(model, inputs, validate=True)
+    assert fixed.metadata.workarounds_fired["_patch_edge_dtype_check_specialising_list_returns"] >= 1
+    assert fixed.metadata.dynamic_dims["x"]["1"]["max"] == 16
+    assert [shape.status for shape in fixed.validation.shapes] == ["pass", "pass"]
+    without = frozenset({"_patch_edge_dtype_check_specialising_list_returns"})
+    bare = ExecutorchExporter(ExecutorchConfig(dynamic_shapes=shapes, without=without)).export(model, inputs)
+    assert not bare.metadata.dynamic_dims
+    assert [n.meta["val"].shape[1] for n in bare.program.graph.nodes if n.name == "x"] == [8]
+
+
 def test_cuda_without_a_gpu_fails_clearly_before_any_work(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     model = torch.nn.Linear(4, 4)  # left in training mode: any work on it would call eval() first
