@@ -8,8 +8,8 @@ eager. Stages, each under its banner below:
 1. Backend preparation — ``@register_backend(name)`` on ``prepare_for_<name>(model, inputs)``: device, dtype
    and partitioners of one ExecuTorch backend (``_BACKEND_PREPARE``).
 2. Torch patches — ``@register_patch("executorch", ...)`` for every backend and
-   ``@register_patch("executorch.<backend>", ...)`` for one backend.
-3. ExecuTorch patches — the same registry, for ExecuTorch internals that crash on valid graphs.
+   ``@register_patch("executorch.<backend>", ...)`` for one backend (``.dynamic`` suffixed: dynamic exports only).
+3. ExecuTorch patches — the same registry, for ExecuTorch internals that crash on (or specialise) valid graphs.
 4. FX program fixes — ``@register_fx_program_fix("executorch")``, run once after ``torch.export``.
 5. FX node fixes — ``@register_fx_node_fix("executorch")``, run on every node after the program fixes.
 
