@@ -232,6 +232,13 @@ def test_typos_get_a_suggestion(tmp_path: Path, args, suggestion):
     assert result.exit_code == 2 and suggestion in result.stderr, result.output
 
 
+def interruptible() -> None:
+    """In the child before exec: SIGINT back to its default. A pytest started in the background by a
+    non-interactive shell inherits SIGINT ignored, and Python then never raises KeyboardInterrupt, so the
+    Ctrl-C tests would measure how pytest was started instead of what exportbot does."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_for(process: subprocess.Popen, text: str, log: Path, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while text not in log.read_text():
@@ -248,7 +255,7 @@ def test_ctrl_c_exits_130_and_leaves_nothing_half_written(tmp_path: Path):
         process = subprocess.Popen(
             [sys.executable, "-m", "bot", "export", "BertModel", "--backend", "onnx", "--out", str(out),
              "--outcome-json", str(tmp_path / "outcome.json")],
-            stdout=subprocess.PIPE, stderr=stderr, env=environment, text=True,
+            stdout=subprocess.PIPE, stderr=stderr, env=environment, text=True, preexec_fn=interruptible,
         )
         wait_for(process, "BertModel: torch.export", log)
         process.send_signal(signal.SIGINT)
@@ -269,7 +276,7 @@ def test_ctrl_c_in_audit_exits_130_with_a_progress_line_naming_the_entry(tmp_pat
         process = subprocess.Popen(
             [sys.executable, "-m", "bot", "audit", "--tracker", str(ROOT / "registry/upstream-snapshot.json"),
              "--entry", "vilt-pixel-mask-interpolate-data-dependent", "--json", str(tmp_path / "audit.json")],
-            stdout=subprocess.PIPE, stderr=stderr, env=environment, text=True, cwd=ROOT,
+            stdout=subprocess.PIPE, stderr=stderr, env=environment, text=True, preexec_fn=interruptible, cwd=ROOT,
         )
         wait_for(process, "re-run 1/", log)
         time.sleep(1)
@@ -288,7 +295,7 @@ def test_ctrl_c_in_sweep_exits_130_and_keeps_whole_records(tmp_path: Path):
     process = subprocess.Popen(
         [sys.executable, "-m", "bot", "sweep", "run", "--backend", "onnx", "--static", "--classes", str(classes),
          "--results", str(results)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, text=True, preexec_fn=interruptible,
     )
     deadline = time.monotonic() + 300
     while not (results.is_file() and results.read_text().count("\n") >= 1):
