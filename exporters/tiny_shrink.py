@@ -93,16 +93,6 @@ def model_class(name: str) -> type:
     return cls
 
 
-def _sub_configs(config: Any) -> list[Any]:
-    from transformers import PretrainedConfig
-
-    found = []
-    for value in vars(config).values():
-        if isinstance(value, PretrainedConfig):
-            found.append(value)
-    return found
-
-
 def shrink_config(config: Any, keep_stage_widths: bool = False) -> Any:
     """Shrink the generic size fields of ``config`` and of every nested sub-config, consistently.
 
