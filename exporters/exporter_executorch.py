@@ -355,7 +355,8 @@ def _patch_xnnpack_reshape_one_dynamic_dim(original: Callable) -> Callable:
     dynamic dimension`` in preprocessing; the partitioner configs (``UnsqueezeCopyConfig``, added by
     pytorch/executorch#19261, and ``ConvolutionConfig``) do not check it, so any (batch, sequence)-dynamic
     graph with such a node (Cohere, GPT-J rotary embeddings; ConvBERT's separable conv) fails to lower.
-    Rejected here, the node runs as a portable kernel. No upstream issue is filed yet.
+    Rejected here, the node runs as a portable kernel. Not reported upstream yet: the ready-to-file issue, with
+    its reproducer, is docs/upstream-drafts/_patch_xnnpack_reshape_one_dynamic_dim.md.
 
     Delegation cost: each rejected node leaves the XNNPACK delegate (and splits it), so this is scoped to
     dynamic exports (``executorch.xnnpack.dynamic``) and rejects only nodes with two or more symbolic dims;
@@ -414,7 +415,8 @@ def _patch_edge_dtype_check_specialising_list_returns(original: Callable) -> Cal
     rows (``gate_up.chunk(2, dim=-1)``), whose dim 0 is the flattened, dynamic token count (Mixtral,
     Qwen2-MoE prefill). While the check runs, each such node's list is wrapped as its one return, so the
     validator sees a list, checks its dtype, and guards nothing; the meta is restored after. Scoped to dynamic
-    exports: static dims make the guard a no-op. No upstream issue is filed yet.
+    exports: static dims make the guard a no-op. Not reported upstream yet: the ready-to-file issue, with its
+    reproducer, is docs/upstream-drafts/_patch_edge_dtype_check_specialising_list_returns.md.
     """
 
     def check(graph_module: torch.fx.GraphModule) -> None:

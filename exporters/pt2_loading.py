@@ -132,8 +132,9 @@ def _patch_pt2_schema_conversion_planned_once(original: Callable[..., Any]) -> C
 @register_patch(PT2_LOAD, "sympy.sympify", dependency="torch")
 def _patch_pt2_expression_parsed_once(original: Callable[..., Any]) -> Callable[..., Any]:
     """``sympify`` of a shape expression's text answered once per text and the objects its names resolve to
-    (see ``_MemoSympy``): torch's ``_parse_sym_expr`` re-parses every sub-expression of every symbolic shape.
-    Installed only for the load, under the patch lock, so no other sympy caller sees the memo afterwards."""
+    (see ``_MemoSympy``): torch's ``_parse_sym_expr`` parses the text of every SymInt it meets, however often that text recurs.
+    Installed only for the load, under the patch lock, so no other sympy caller sees the memo afterwards. Not
+    reported upstream yet: the ready-to-file issue is docs/upstream-drafts/_patch_pt2_expression_parsed_once.md."""
     return _MemoSympy(original).sympify
 
 
