@@ -56,6 +56,11 @@ def generation_class(model: str, task: str | None) -> str | None:
     return cls.__name__ if cls.can_generate() else None
 
 
+class NotForGeneration(UsageProblem):
+    """The model keeps no KV cache that prefill + decode components can carry (exporters.generation_support):
+    one line naming why; the sweep records it as ``skipped`` with that reason, the CLI exits 2."""
+
+
 class LedgerSkip(Exception):
     """An EXPORT_SKIPS entry gates this generation export."""
 
@@ -69,7 +74,9 @@ def build_generation_model(model: str, seed: int, task: str | None = None,
     """The eager model for a generation export and the ``source`` record that rebuilds it later."""
     from exporters.export_options import OptionError, load_checkpoint
     from exporters.generation import generation_kind
-    from exporters.tiny import TinyModelError, build_tiny
+    from exporters.generation_support import unsupported_reason
+    from exporters.tiny import TinyModelError, build_tiny, model_class
+    from exporters.tiny_generation import generation_overrides
 
     path = Path(model)
     try:
@@ -80,9 +87,10 @@ def build_generation_model(model: str, seed: int, task: str | None = None,
                                    f"{' or '.join(GENERATION_TASKS)}")
             built, _ = load_checkpoint(model, name, seed)
             source = {"checkpoint": str(path.resolve()), "seed": seed, "task": task}
-        else:
+        else:  # the generation knobs first (is_decoder on encoder-style configs); explicit overrides win
+            overrides = {**generation_overrides(model_class(model).config_class()), **(overrides or {})}
             built = build_tiny(model, seed, overrides=overrides).model
-            source = {"tiny": model, "seed": seed, "overrides": overrides or {}}
+            source = {"tiny": model, "seed": seed, "overrides": overrides}
     except (TinyModelError, OptionError) as error:
         raise UsageProblem(str(error)) from None
     try:
@@ -91,6 +99,9 @@ def build_generation_model(model: str, seed: int, task: str | None = None,
         raise UsageProblem(f"{model}: {error}") from None
     if task is not None and GENERATION_TASKS.get(task) not in (None, kind):
         raise UsageProblem(f"{model} is {kind}; --task {task} needs an {GENERATION_TASKS[task]} model")
+    reason = unsupported_reason(built)
+    if reason is not None:
+        raise NotForGeneration(reason)
     fill_decoder_start(built)
     return built, source
 
@@ -144,6 +155,7 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
     """
     from exporters.generation import GenerationExportConfig, sample_prompts
     from exporters.generation_export import export_for_generation
+    from exporters.generation_support import GenerationUnsupported
     from exporters.validation import ValidationError
 
     built, source = build_generation_model(model, seed, task, overrides)
@@ -158,8 +170,11 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
                            f"{max_cache_len}")
     inputs = sample_prompts(built, batch=batch_size, prompt_length=prompt_length, seed=seed)
     exporter = make_generation_exporter(backend, et_backend, optimize, without)
-    export = export_for_generation(exporter, built, inputs, GenerationExportConfig(max_cache_len=max_cache_len),
-                                   new_tokens=new_tokens)
+    try:
+        export = export_for_generation(exporter, built, inputs, GenerationExportConfig(max_cache_len=max_cache_len),
+                                       new_tokens=new_tokens)
+    except GenerationUnsupported as error:  # found at the first eager prefill (no cache returned)
+        raise NotForGeneration(str(error)) from None
     export.layout["source"] = source
     with contextlib.suppress(ValidationError):  # reported by the caller from export.status / problems
         export.save(out_dir)

@@ -43,7 +43,8 @@ def generation_outcome(model_class: str, backend: str, out_dir: Path, seed: int 
                        overrides: dict[str, Any] | None = None, without: tuple[str, ...] = ()) -> ExportOutcome:
     """Export ``model_class`` for generation without the ledger, validated token for token; never raises for a
     failed export (the failure is the outcome, its first line in ``cause``)."""
-    from bot.generate_cli import export_generation
+    from bot.generate_cli import NotForGeneration, export_generation
+    from bot.runner import SKIPPED
     from exporters.base import package_versions
     from exporters.ledger import default_registry_dir
 
@@ -55,7 +56,9 @@ def generation_outcome(model_class: str, backend: str, out_dir: Path, seed: int 
         export = export_generation(model_class, backend, out_dir, seed=seed, overrides=overrides, ignore_ledger=True,
                                    without=without)
     except Exception as error:  # the export failed: that is the result, with its cause
-        outcome.status = BUILD_ERROR if isinstance(error, UsageProblem) else FAILED
+        # A model with no KV cache to carry is not a failed export: skipped, with the reason as its error.
+        outcome.status = SKIPPED if isinstance(error, NotForGeneration) else \
+            BUILD_ERROR if isinstance(error, UsageProblem) else FAILED
         outcome.error_type = type(error).__name__
         outcome.error = str(error).strip()[:4000] or type(error).__name__
         outcome.cause = (outcome.error.splitlines() or [""])[0]
@@ -112,12 +115,31 @@ def sweep_generation_outcome(model_class: str, backend: str, ignore_ledger: list
                                 ledger_reason=entry.reason)
         outcome.options = {"task": "generation"}
         return outcome
+    seed, overrides, tries = lively_build(model_class)
     with tempfile.TemporaryDirectory(prefix="exportbot-sweep-generation-") as scratch:
-        outcome = generation_outcome(model_class, backend, Path(scratch) / "bundle")
+        outcome = generation_outcome(model_class, backend, Path(scratch) / "bundle", seed, overrides)
+    outcome.options["tries"] = tries
+    if outcome.status == "inconclusive" and tries and all(t.get("degenerate") for t in tries):
+        outcome.error = f"{outcome.error} [all {len(tries)} tries degenerate in eager: seeds and overrides in options.tries]"
     outcome.files = {}  # the scratch bundle is gone
     if entry is not None:
         outcome.workaround_off.append(entry.id)
     return outcome
+
+
+def lively_build(model_class: str) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+    """The sweep's build of ``model_class`` for its generation task: the first of the tiny builder's tries
+    (exporters.tiny_generation.ATTEMPTS) whose eager greedy path is not one token forever, and every try."""
+    from bot.generate_cli import build_generation_model
+    from exporters.tiny_generation import lively_attempt
+
+    def build(seed: int, overrides: dict[str, Any]) -> Any:
+        return build_generation_model(model_class, seed, overrides=overrides)[0]
+
+    seed, overrides, tries = lively_attempt(build)
+    if tries and "error" in tries[0]:  # no build or no KV cache: the export reports that itself
+        return seed, overrides, []
+    return seed, overrides, tries
 
 
 def rerun_generation_command(entry: LedgerEntry, model: str, backend: str, out_dir: Path | None,

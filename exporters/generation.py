@@ -37,6 +37,8 @@ from typing import Any
 import torch
 from torch.export import Dim
 
+from exporters.generation_support import returned_cache
+
 __all__ = [
     "ComponentPlan",
     "GenerationExportConfig",
@@ -143,7 +145,7 @@ class DecoderOnlyStep(torch.nn.Module):
         if IMAGE_INPUT in inputs:  # a vision-language prefill: the model merges image features into its embeds
             kwargs[IMAGE_INPUT] = inputs[IMAGE_INPUT]
         out = self.model(**kwargs)
-        present = _flat_cache(out.past_key_values, "present")
+        present = _flat_cache(returned_cache(self.model, out), "present")
         if not self.with_past:
             # Padded slots are masked in every later step, so their contents never matter; zeroed, the cache is
             # the same in every runtime (a left-padded row's fully masked queries give NaN or uniform attention

@@ -33,6 +33,7 @@ from exporters.bundle import (
     write_model_configs,
 )
 from exporters.generation import ComponentPlan, GenerationExportConfig, cache_layout, plan_components
+from exporters.generation_support import check_supported
 from exporters.validation import PASS, ValidationError, ValidationReport
 
 __all__ = ["GenerationExport", "GenerationExportError", "export_for_generation"]
@@ -192,14 +193,16 @@ def export_for_generation(
 
     ``inputs`` are what ``model.generate`` takes (``input_ids`` and ``attention_mask``, or
     ``input_features`` for Whisper); a left-padded batch of different prompt lengths is the best sample,
-    since validation then covers padding. Nothing is validated here: call ``.save(dir)`` (validates the
-    written bundle first) or ``.validate()``.
+    since validation then covers padding. A model that keeps no KV cache in transformers' ``Cache`` raises
+    ``GenerationUnsupported`` (exporters.generation_support) naming why, before any tracing. Nothing is
+    validated here: call ``.save(dir)`` (validates the written bundle first) or ``.validate()``.
     """
     config = config or GenerationExportConfig()
     backend = exporter.backend
     if backend not in RUNTIMES:
         raise ValueError(f"unknown backend {backend!r}")
     model.eval()
+    check_supported(model)  # one clear reason before anything runs: no KV cache, state outside Cache
     plans = plan_components(model, inputs, config, backend)
     results: dict[str, ExportResult] = {}
     for plan in plans:

@@ -1,0 +1,154 @@
+"""Generation failures that came from the builder or the model's cache API, not from the export (#17).
+
+* encoder-style configs behind a causal LM head get ``is_decoder=True`` (the tiny builder's generation knob);
+* models with no KV cache in ``Cache`` are refused before tracing with one line naming why, and the sweep
+  records them ``skipped`` with that reason instead of a raw ``AttributeError``;
+* a degenerate greedy path (one token forever) makes the sweep's task try other builds, bounded, recorded,
+  and still ``inconclusive`` when every try is degenerate.
+
+Eager only (no export is traced), except the CLI's one-line refusal, which runs ``bot export`` in a process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bot.generate_cli import NotForGeneration, build_generation_model
+from exporters.generation import DecoderOnlyStep, GenerationExportConfig, plan_components, sample_prompts
+from exporters.generation_check import degenerate
+from exporters.generation_support import GenerationUnsupported, unsupported_reason
+from exporters.tiny import build_tiny
+from exporters.tiny_generation import generation_overrides, lively_attempt
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ── 1. is_decoder on encoder-style configs ──
+def test_encoder_style_causal_heads_are_built_as_decoders_and_return_a_cache():
+    from transformers import BertConfig, LlamaConfig
+
+    assert generation_overrides(BertConfig()) == {"is_decoder": True}
+    assert generation_overrides(LlamaConfig()) == {}
+    model, source = build_generation_model("BertLMHeadModel", 0)
+    assert model.config.is_decoder and source["overrides"] == {"is_decoder": True}  # replayed by rebuild_source
+    prompts = sample_prompts(model)
+    with torch.no_grad():
+        out = DecoderOnlyStep(model, with_past=False)(**prompts)
+    assert out["present_key_0"].shape[2] == prompts["input_ids"].shape[1]
+
+
+def test_an_encoder_config_that_returns_no_cache_is_named_not_an_attribute_error():
+    model = build_tiny("BertLMHeadModel").model  # is_decoder False: the cache is forced off
+    with pytest.raises(GenerationUnsupported, match="is_decoder is False"):
+        plan_components(model, sample_prompts(model), GenerationExportConfig(), "onnx")
+
+
+# ── 2. no KV cache in Cache ──
+@pytest.mark.parametrize(("name", "says"), [
+    ("MambaForCausalLM", "`cache_params`"),
+    ("RwkvForCausalLM", "`state`, a list of tensors outside transformers' Cache"),
+    ("XLNetLMHeadModel", "`mems`"),
+    ("XLMWithLMHeadModel", "re-runs the whole sequence every step"),
+    ("OpenAIGPTLMHeadModel", "re-runs the whole sequence every step"),
+])
+def test_models_without_a_kv_cache_are_refused_before_tracing(name, says):
+    model = build_tiny(name).model
+    reason = unsupported_reason(model)
+    assert reason is not None and says in reason and "past_key_values" in reason
+    from exporters.exporter_onnx import OnnxExporter
+    from exporters.generation_export import export_for_generation
+
+    with pytest.raises(GenerationUnsupported) as refused:  # the early reason, not the first prefill's
+        export_for_generation(OnnxExporter(), model, sample_prompts(model))
+    assert str(refused.value) == reason
+    with pytest.raises(NotForGeneration):
+        build_generation_model(name, 0)
+
+
+def test_state_kept_in_modules_is_refused_at_the_first_prefill():
+    model = build_tiny("RecurrentGemmaForCausalLM").model
+    assert unsupported_reason(model) is None  # it takes past_key_values ...
+    with pytest.raises(GenerationUnsupported, match="stateful"):  # ... and returns none
+        plan_components(model, sample_prompts(model), GenerationExportConfig(), "onnx")
+
+
+def test_kv_cache_models_are_not_refused():
+    for name in ("LlamaForCausalLM", "GPT2LMHeadModel", "T5ForConditionalGeneration"):
+        assert unsupported_reason(build_tiny(name).model) is None
+
+
+def test_the_sweep_records_a_model_without_a_kv_cache_as_skipped_with_its_reason():
+    from bot.generate_outcome import sweep_generation_outcome
+
+    outcome = sweep_generation_outcome("OpenAIGPTLMHeadModel", "onnx", [])
+    assert outcome.status == "skipped" and outcome.ledger_entry is None
+    assert outcome.cause.startswith("OpenAIGPTLMHeadModel has no KV cache")
+
+
+def test_export_task_refuses_a_model_without_a_kv_cache_in_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([sys.executable, "-m", "bot", "export", "RwkvForCausalLM", "--task", "text-generation",
+                          "--backend", "onnx", "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                         env=env, timeout=300, cwd=ROOT)
+    assert run.returncode == 2, run.stderr[-1000:]
+    assert "Traceback" not in run.stderr and "AttributeError" not in run.stderr
+    assert "RwkvForCausalLM has no KV cache" in run.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# ── 3. degenerate greedy paths ──
+def _build(name):
+    return lambda seed, overrides: build_generation_model(name, seed, overrides=overrides)[0]
+
+
+def test_a_degenerate_tied_head_is_retried_untied_and_every_try_is_recorded():
+    seed, overrides, tries = lively_attempt(_build("BloomForCausalLM"))
+    assert (seed, overrides) == (0, {"tie_word_embeddings": False})
+    assert [t["degenerate"] for t in tries] == [True, False]
+
+
+def test_when_every_try_is_degenerate_the_first_build_is_kept():
+    seed, overrides, tries = lively_attempt(_build("BloomForCausalLM"), attempts=((0, {}), (1, {})))
+    assert (seed, overrides) == (0, {})
+    assert len(tries) == 2 and all(t["degenerate"] for t in tries)
+
+
+def test_a_lively_model_is_built_once():
+    seed, overrides, tries = lively_attempt(_build("LlamaForCausalLM"))
+    assert (seed, overrides) == (0, {}) and tries == [{"seed": 0, "overrides": {}, "degenerate": False}]
+
+
+def test_degenerate_means_one_token_in_every_row():
+    assert degenerate(torch.tensor([[5, 5, 5], [7, 7, 7]]))
+    assert not degenerate(torch.tensor([[5, 5, 5], [7, 8, 7]]))
+
+
+def test_the_sweep_exports_the_lively_build_and_says_when_none_was(monkeypatch):
+    import bot.generate_outcome as outcome_module
+    from bot.runner import ExportOutcome
+
+    seen = {}
+
+    def fake_outcome(model_class, backend, out_dir, seed=0, overrides=None, without=()):
+        seen.update(seed=seed, overrides=overrides)
+        outcome = ExportOutcome(model_class, backend, True, "inconclusive", 0.0, error="generate: degenerate")
+        outcome.options = {"task": "generation"}
+        return outcome
+
+    monkeypatch.setattr(outcome_module, "generation_outcome", fake_outcome)
+    monkeypatch.setattr(outcome_module, "lively_build", lambda name: (0, {"tie_word_embeddings": False},
+                        [{"seed": 0, "overrides": {}, "degenerate": True},
+                         {"seed": 0, "overrides": {"tie_word_embeddings": False}, "degenerate": False}]))
+    outcome = outcome_module.sweep_generation_outcome("BloomForCausalLM", "onnx", [])
+    assert seen == {"seed": 0, "overrides": {"tie_word_embeddings": False}}
+    assert len(outcome.options["tries"]) == 2 and "all 2 tries" not in outcome.error
+    monkeypatch.setattr(outcome_module, "lively_build", lambda name: (0, {}, [
+        {"seed": 0, "overrides": {}, "degenerate": True}, {"seed": 1, "overrides": {}, "degenerate": True}]))
+    outcome = outcome_module.sweep_generation_outcome("BloomForCausalLM", "onnx", [])
+    assert outcome.status == "inconclusive" and "all 2 tries degenerate" in outcome.error
