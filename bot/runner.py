@@ -27,7 +27,7 @@ FAILED = "failed"  # the export (or the run of the artifact) raised
 MISMATCH = "mismatch"
 INCONCLUSIVE = "inconclusive"
 NONDETERMINISTIC = "nondeterministic"
-SKIPPED = "skipped"  # gated by a ledger entry; never a pass
+SKIPPED = "skipped"  # gated by a ledger entry, or (generation) no KV cache to carry; never a pass
 INTERRUPTED = "interrupted"  # Ctrl-C: in the failure record only (export_one re-raises the KeyboardInterrupt)
 BUILD_ERROR = "build-error"  # the tiny model or its inputs could not be made
 
