@@ -41,7 +41,14 @@ EXTENSIONS = {"dynamo": ".pt2", "onnx": ".onnx", "executorch": ".pte"}
 
 
 class GenerationExportError(RuntimeError):
-    """One component could not be exported; names the component, backend and the first line of the cause."""
+    """One component could not be exported; names the component, backend and the first line of the cause.
+
+    ``component`` is the component's name (``prefill``, ``decode``): failure records put it before the stage
+    that raised (``prefill: torch.export``)."""
+
+    def __init__(self, message: str, component: str):
+        super().__init__(message)
+        self.component = component
 
 
 @dataclass
@@ -211,7 +218,7 @@ def export_for_generation(
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise GenerationExportError(
                 f"{type(model).__name__}: component {plan.name!r} failed on {backend}: "
-                f"{type(error).__name__}: {first_line}") from error
+                f"{type(error).__name__}: {first_line}", plan.name) from error
         result.second_inputs = plan.second_inputs
         result.metadata.model_class = type(model).__name__
         results[plan.name] = result

@@ -33,3 +33,64 @@ def test_min_new_tokens_skips_eos_ids_outside_the_vocabulary():
     prompt = {"input_ids": torch.tensor([[3, 4]]), "attention_mask": torch.ones(1, 2, dtype=torch.long)}
     out = run_generation(_components(favourite=2), layout, prompt, max_new_tokens=3, min_new_tokens=2)
     assert out.tokens.tolist() == [[5, 5, 2]]
+
+
+# ── Failure records of generation exports (bot.generate_outcome): as complete as a static export's ──
+def _failing_export(**kwargs):
+    """Raises as export_for_generation does when prefill's torch.export fails inside a model helper."""
+    from exporters.generation_export import GenerationExportError
+
+    def rotary_helper():
+        raise IndexError("index 9 is out of bounds for dimension 0 with size 4")
+
+    stages = kwargs["stages"]
+    with stages.stage("exporting components"), stages.stage("torch.export"):
+        try:
+            rotary_helper()
+        except IndexError as error:
+            raise GenerationExportError("TinyForCausalLM: component 'prefill' failed on onnx: IndexError: index 9 "
+                                        "is out of bounds for dimension 0 with size 4", "prefill") from error
+
+
+def test_a_raised_generation_failure_keeps_traceback_stage_and_a_reproducing_command(monkeypatch, tmp_path):
+    import json
+
+    import bot.generate_cli
+    from bot.generate_outcome import generation_outcome
+
+    monkeypatch.setattr(bot.generate_cli, "export_generation", lambda *args, **kwargs: _failing_export(**kwargs))
+    outcome = generation_outcome("LlamaForCausalLM", "onnx", tmp_path / "bundle")
+    assert outcome.status == "failed" and outcome.error_type == "GenerationExportError"
+    assert "rotary_helper" in outcome.traceback_tail  # the cause's frames, not the wrapper's re-raise
+    assert outcome.traceback_tail.rstrip().endswith("IndexError: index 9 is out of bounds for dimension 0 with size 4")
+    assert outcome.failed_stage == "prefill: torch.export"
+    assert outcome.cause == "IndexError: index 9 is out of bounds for dimension 0 with size 4"
+    assert outcome.hint == "reproduce: exportbot export LlamaForCausalLM --task text-generation --backend onnx --debug"
+    assert outcome.repro_source == "generation export of the tiny model"
+    record = json.loads((tmp_path / "bundle.failed.json").read_text())
+    assert "rotary_helper" in record["traceback"] and record["failed_stage"] == "prefill: torch.export"
+
+
+def test_a_generation_build_failure_and_a_mismatch_name_their_stage(monkeypatch, tmp_path):
+    import types
+
+    import bot.generate_cli
+    from bot.errors import UsageProblem
+    from bot.generate_outcome import generation_outcome
+
+    def unbuildable(*args, **kwargs):
+        with kwargs["stages"].stage("building model"):
+            raise UsageProblem("T5ForConditionalGeneration: no decoder_start_token_id")
+
+    monkeypatch.setattr(bot.generate_cli, "export_generation", unbuildable)
+    built = generation_outcome("T5ForConditionalGeneration", "onnx", tmp_path / "t5")
+    assert (built.status, built.failed_stage) == ("build-error", "building model")
+    assert built.traceback_tail and "unbuildable" in built.traceback_tail
+    assert "--task text2text-generation" in built.hint  # an encoder-decoder is reproduced with its own task
+
+    mismatch = types.SimpleNamespace(status="mismatch", results={}, check=None,
+                                     problems=lambda: ["generate: first differing token at step 5, row 1"])
+    monkeypatch.setattr(bot.generate_cli, "export_generation", lambda *args, **kwargs: mismatch)
+    off = generation_outcome("GitForCausalLM", "onnx", tmp_path / "git")
+    assert (off.status, off.failed_stage) == ("mismatch", "validating")
+    assert off.hint.startswith("reproduce: exportbot export GitForCausalLM --task text-generation")
