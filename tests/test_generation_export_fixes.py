@@ -94,3 +94,29 @@ def test_a_generation_build_failure_and_a_mismatch_name_their_stage(monkeypatch,
     off = generation_outcome("GitForCausalLM", "onnx", tmp_path / "git")
     assert (off.status, off.failed_stage) == ("mismatch", "validating")
     assert off.hint.startswith("reproduce: exportbot export GitForCausalLM --task text-generation")
+
+
+# ── Named dims torch's constraint solver cannot prove (exporters.generation_export.export_component) ──
+class _RoutedTokens(torch.nn.Module):
+    """Flattens the tokens, routes each to one slot and back, as MoE layers do (Aria, Llama4): the reshape's
+    contiguity guard is ``tokens * Min(32, 32 * tokens) == 32 * tokens``, which the solver cannot prove."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = x.reshape(-1, 32)
+        routed = tokens[:, None, :].expand(-1, 1, 32).reshape(-1, 32)
+        return routed.view(x.shape[0], x.shape[1], 32) * 2
+
+
+def test_a_named_dim_the_solver_cannot_prove_is_exported_as_auto_and_stays_dynamic():
+    from torch.export import Dim
+
+    from exporters.exporter_dynamo import DynamoConfig, DynamoExporter
+    from exporters.generation import ComponentPlan
+    from exporters.generation_export import export_component
+
+    spec = {"x": {0: Dim("batch", min=1, max=8), 1: Dim("sequence", min=1, max=64)}}
+    plan = ComponentPlan("prefill", _RoutedTokens(), {"x": torch.randn(2, 8, 32)}, spec)
+    result = export_component(DynamoExporter(DynamoConfig()), plan)
+    other = torch.randn(3, 5, 32)
+    assert torch.equal(result.artifact.module()(x=other), other * 2)  # neither dim was specialised
+    assert any("sequence exported as Dim.AUTO" in note for note in result.metadata.notes)
