@@ -120,3 +120,35 @@ def test_a_named_dim_the_solver_cannot_prove_is_exported_as_auto_and_stays_dynam
     other = torch.randn(3, 5, 32)
     assert torch.equal(result.artifact.module()(x=other), other * 2)  # neither dim was specialised
     assert any("sequence exported as Dim.AUTO" in note for note in result.metadata.notes)
+
+
+def test_prefill_zeroes_padded_slots_and_keeps_slots_the_model_prepends():
+    from exporters.generation import zero_padded_slots
+
+    mask = torch.tensor([[1, 1, 1], [0, 1, 1]])
+    same = zero_padded_slots(torch.ones(2, 1, 3, 2), mask)
+    assert same[:, 0, :, 0].tolist() == [[1, 1, 1], [0, 1, 1]]
+    # CpmAnt's cache is its 2 (tiny: 32) learned prompt slots longer than the mask: a size error before
+    longer = zero_padded_slots(torch.ones(2, 1, 5, 2), mask)
+    assert longer[:, 0, :, 0].tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 1, 1]]
+
+
+# ── onnxscript's no-op rules and an epsilon of 1e-8 (exporters.exporter_onnx._patch_exact_zero_in_no_op_rules) ──
+class _TinyEpsilonNorm(torch.nn.Module):
+    """Helium's and Moshi's RMSNorm: ``x * rsqrt(mean(x^2) + 1e-8)``, here on a row that is all zeros."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-8)
+
+
+def test_onnx_keeps_an_epsilon_of_1e_8_that_the_no_op_rules_would_delete():
+    from exporters.exporter_onnx import OnnxConfig, OnnxExporter
+
+    x = torch.randn(2, 3, 4)
+    x[1, 0] = 0  # a padding_idx embedding: eager gives 0 there, without the epsilon it is 0 * inf = NaN
+    fixed = OnnxExporter(OnnxConfig()).export(_TinyEpsilonNorm(), {"x": x}, validate=True)
+    assert fixed.validation.status == "pass"
+    assert fixed.metadata.workarounds_fired.get("_patch_exact_zero_in_no_op_rules", 0) >= 1
+    plain = OnnxExporter(OnnxConfig(without=frozenset({"_patch_exact_zero_in_no_op_rules"})))
+    report = plain.export(_TinyEpsilonNorm(), {"x": x}).validate(raise_on_failure=False)
+    assert report.status == "mismatch"  # the Add of 1e-8 was removed as "x + 0"
