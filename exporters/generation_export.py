@@ -47,7 +47,7 @@ class GenerationExportError(RuntimeError):
     ``component`` is the component's name (``prefill``, ``decode``): failure records put it before the stage
     that raised (``prefill: torch.export``)."""
 
-    def __init__(self, message: str, component: str):
+    def __init__(self, message: str, component: str | None = None):  # default: unpickles from args alone
         super().__init__(message)
         self.component = component
 
