@@ -104,16 +104,13 @@ def record_raised_generation(outcome: ExportOutcome, error: Exception, stage: st
 def reproduce_command(model_class: str, backend: str) -> str:
     """The ``exportbot export`` line that runs this generation export again, with the traceback.
 
-    The task follows the model's kind (``text2text-generation`` for an encoder-decoder config), since
-    ``export --task`` refuses a task of the other kind; a config that cannot be made says text-generation."""
-    task = "text-generation"
-    try:
-        from exporters.tiny import model_class as resolve
+    The task is the one whose auto mapping lists the class (bot.sweep.catalogue.GENERATION_MAPPINGS), as the
+    sweep chose it, since ``export --task`` refuses a task of the other kind (a config's
+    ``is_encoder_decoder`` does not tell: ProphetNetForCausalLM's config class says True); text-generation
+    for a class no mapping lists."""
+    from bot.sweep.catalogue import GENERATION_MAPPINGS, generation_classes
 
-        if getattr(resolve(model_class).config_class(), "is_encoder_decoder", False):
-            task = "text2text-generation"
-    except Exception:  # the command is a hint; the failure itself is already recorded
-        pass
+    task = next((task for task in GENERATION_MAPPINGS if model_class in generation_classes(task)), "text-generation")
     return f"exportbot export {model_class} --task {task} --backend {backend} --debug"
 
 

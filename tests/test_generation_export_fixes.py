@@ -152,3 +152,28 @@ def test_onnx_keeps_an_epsilon_of_1e_8_that_the_no_op_rules_would_delete():
     plain = OnnxExporter(OnnxConfig(without=frozenset({"_patch_exact_zero_in_no_op_rules"})))
     report = plain.export(_TinyEpsilonNorm(), {"x": x}).validate(raise_on_failure=False)
     assert report.status == "mismatch"  # the Add of 1e-8 was removed as "x + 0"
+
+
+def test_a_failure_that_was_recovered_from_does_not_name_the_stage_of_the_next_one():
+    from exporters.stages import StageTracker
+
+    tracker = StageTracker(lambda _name: None)
+    try:
+        with tracker.stage("prefill"), tracker.stage("torch.export"):
+            raise ValueError("Constraints violated (sequence)!")  # handled: retried with Dim.AUTO
+    except ValueError:
+        pass
+    try:
+        with tracker.stage("prefill"), tracker.stage("torch.export"), tracker.stage("torch.onnx.export"):
+            raise RuntimeError("the optimizer failed")
+    except RuntimeError:
+        pass
+    assert tracker.failed == "torch.onnx.export"
+
+
+def test_the_reproducing_command_uses_the_task_whose_mapping_lists_the_class():
+    from bot.generate_outcome import reproduce_command
+
+    assert "--task text-generation" in reproduce_command("ProphetNetForCausalLM", "onnx")  # config: encoder-decoder
+    assert "--task text2text-generation" in reproduce_command("T5ForConditionalGeneration", "onnx")
+    assert "--task automatic-speech-recognition" in reproduce_command("WhisperForConditionalGeneration", "onnx")
