@@ -147,18 +147,25 @@ def make_generation_exporter(backend: str, et_backend: str = "xnnpack", optimize
 def export_generation(model: str, backend: str, out_dir: Path, task: str | None = None, seed: int = 0,
                       max_cache_len: int = 64, batch_size: int = 2, prompt_length: int = 8, new_tokens: int = 16,
                       et_backend: str = "xnnpack", optimize: bool = True, without: tuple[str, ...] = (),
-                      overrides: dict[str, Any] | None = None, ignore_ledger: bool = False) -> Any:
+                      overrides: dict[str, Any] | None = None, ignore_ledger: bool = False,
+                      stages: Any = None) -> Any:
     """Export, validate from the written files, publish: the ``export --task <generation task>`` path.
 
     Raises ``LedgerSkip`` when an EXPORT_SKIPS entry gates this class's generation export on ``backend``
-    (scopes ``all``, ``dynamic``, ``generate``), unless ``ignore_ledger``.
+    (scopes ``all``, ``dynamic``, ``generate``), unless ``ignore_ledger``. ``stages`` (an
+    ``exporters.stages.StageTracker``) is told the steps of our own, so a failure record names the one that
+    raised (``building model``, ``exporting components``, ``validating``) where no torch stage did.
     """
     from exporters.generation import GenerationExportConfig, sample_prompts
     from exporters.generation_export import export_for_generation
     from exporters.generation_support import GenerationUnsupported
     from exporters.validation import ValidationError
 
-    built, source = build_generation_model(model, seed, task, overrides)
+    def stage(name: str) -> Any:
+        return stages.stage(name) if stages is not None else contextlib.nullcontext()
+
+    with stage("building model"):
+        built, source = build_generation_model(model, seed, task, overrides)
     if not ignore_ledger:
         from exporters.ledger import load_ledger
 
@@ -168,15 +175,17 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
     if prompt_length + new_tokens > max_cache_len:
         raise UsageProblem(f"--sequence-length {prompt_length} + {new_tokens} new tokens exceed max_cache_len "
                            f"{max_cache_len}")
-    inputs = sample_prompts(built, batch=batch_size, prompt_length=prompt_length, seed=seed)
+    with stage("building model"):
+        inputs = sample_prompts(built, batch=batch_size, prompt_length=prompt_length, seed=seed)
     exporter = make_generation_exporter(backend, et_backend, optimize, without)
-    try:
-        export = export_for_generation(exporter, built, inputs, GenerationExportConfig(max_cache_len=max_cache_len),
-                                       new_tokens=new_tokens)
-    except GenerationUnsupported as error:  # found at the first eager prefill (no cache returned)
-        raise NotForGeneration(str(error)) from None
+    with stage("exporting components"):
+        try:
+            export = export_for_generation(exporter, built, inputs,
+                                           GenerationExportConfig(max_cache_len=max_cache_len), new_tokens=new_tokens)
+        except GenerationUnsupported as error:  # found at the first eager prefill (no cache returned)
+            raise NotForGeneration(str(error)) from None
     export.layout["source"] = source
-    with contextlib.suppress(ValidationError):  # reported by the caller from export.status / problems
+    with stage("validating"), contextlib.suppress(ValidationError):  # reported from export.status / problems
         export.save(out_dir)
     return export
 

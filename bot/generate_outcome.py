@@ -42,42 +42,83 @@ def generate_entry(entry_id: str) -> LedgerEntry | None:
 def generation_outcome(model_class: str, backend: str, out_dir: Path, seed: int = 0,
                        overrides: dict[str, Any] | None = None, without: tuple[str, ...] = ()) -> ExportOutcome:
     """Export ``model_class`` for generation without the ledger, validated token for token; never raises for a
-    failed export (the failure is the outcome, its first line in ``cause``)."""
+    failed export (the failure is the outcome: its cause, stage, traceback tail and reproducing command)."""
     from bot.generate_cli import NotForGeneration, export_generation
     from bot.runner import SKIPPED
     from exporters.base import package_versions
     from exporters.ledger import default_registry_dir
+    from exporters.stages import stage_events
 
     outcome = ExportOutcome(model_class, backend, True, FAILED, 0.0, versions=package_versions(backend),
                             registry=str(default_registry_dir()))
     outcome.options = {"task": "generation", "seed": seed, "overrides": overrides or {}}
+    outcome.repro_source = "generation export of the tiny model" + (" with config" if overrides else "")
     started = time.perf_counter()
-    try:
-        export = export_generation(model_class, backend, out_dir, seed=seed, overrides=overrides, ignore_ledger=True,
-                                   without=without)
-    except Exception as error:  # the export failed: that is the result, with its cause
-        # A model with no KV cache to carry is not a failed export: skipped, with the reason as its error.
-        outcome.status = SKIPPED if isinstance(error, NotForGeneration) else \
-            BUILD_ERROR if isinstance(error, UsageProblem) else FAILED
-        outcome.error_type = type(error).__name__
-        outcome.error = str(error).strip()[:4000] or type(error).__name__
-        outcome.cause = (outcome.error.splitlines() or [""])[0]
-    else:
-        outcome.status = export.status
-        outcome.workarounds_disabled = sorted({w for r in export.results.values()
-                                               for w in r.metadata.workarounds_disabled})
-        outcome.workarounds_fired = {w: c for r in export.results.values()
-                                     for w, c in r.metadata.workarounds_fired.items()}
-        outcome.stage_seconds = {f"{name}: {stage}": s for name, r in export.results.items()
-                                 for stage, s in r.metadata.stage_seconds.items()}
-        if export.check is not None:
-            outcome.max_abs_diff = {"logits": export.check.max_logits_diff or 0.0}
-        if export.status != "pass":
-            outcome.error = "; ".join(export.problems()[:5]) or export.status
-        elif out_dir.is_dir():
-            outcome.files = {"bundle": str(out_dir)}
+    with stage_events() as stages:
+        try:
+            export = export_generation(model_class, backend, out_dir, seed=seed, overrides=overrides,
+                                       ignore_ledger=True, without=without, stages=stages)
+        except NotForGeneration as error:  # no KV cache to carry: not a failed export, skipped with the reason
+            outcome.status, outcome.error_type = SKIPPED, type(error).__name__
+            outcome.error = str(error).strip()[:4000]
+            outcome.cause = (outcome.error.splitlines() or [""])[0]
+            outcome.seconds = round(time.perf_counter() - started, 3)
+            return outcome
+        except Exception as error:  # the export failed: that is the result, with its cause and traceback
+            record_raised_generation(outcome, error, stages.failed, out_dir)
+            outcome.seconds = round(time.perf_counter() - started, 3)
+            return outcome
+    outcome.status = export.status
+    outcome.workarounds_disabled = sorted({w for r in export.results.values()
+                                           for w in r.metadata.workarounds_disabled})
+    outcome.workarounds_fired = {w: c for r in export.results.values()
+                                 for w, c in r.metadata.workarounds_fired.items()}
+    outcome.stage_seconds = {f"{name}: {stage}": s for name, r in export.results.items()
+                             for stage, s in r.metadata.stage_seconds.items()}
+    if export.check is not None:
+        outcome.max_abs_diff = {"logits": export.check.max_logits_diff or 0.0}
+    if export.status != "pass":  # validated and found wanting: where, and how to see it again
+        outcome.error = "; ".join(export.problems()[:5]) or export.status
+        outcome.failed_stage = "validating"
+        outcome.hint = f"reproduce: {reproduce_command(model_class, backend)}"
+    elif out_dir.is_dir():
+        outcome.files = {"bundle": str(out_dir)}
     outcome.seconds = round(time.perf_counter() - started, 3)
     return outcome
+
+
+def record_raised_generation(outcome: ExportOutcome, error: Exception, stage: str | None, out_dir: Path) -> None:
+    """A generation export that raised, recorded as a static export's failure is (bot.runner): error, the
+    traceback's last frames (of the cause a ``GenerationExportError`` wraps), the stage (``prefill:
+    torch.export``), the innermost cause, a hint with the command that reproduces it, and ``<out>.failed.json``
+    beside ``out_dir`` with the full traceback (docs/export-format.md)."""
+    import traceback
+
+    from bot.errors import innermost
+    from bot.runner import fill_raised, record_failure
+
+    component = getattr(error, "component", None)  # GenerationExportError: which component failed
+    if isinstance(error, UsageProblem):
+        stage = stage or "building model"
+    elif component is not None:
+        stage = f"{component}: {stage}" if stage and stage != "exporting components" else component
+    fill_raised(outcome, BUILD_ERROR if isinstance(error, UsageProblem) else FAILED, error, stage,
+                traceback_of=innermost(error) if component is not None else None)
+    outcome.hint = f"reproduce: {reproduce_command(outcome.model, outcome.backend)}"
+    record_failure(outcome, out_dir, {"error": str(error), "traceback": "".join(traceback.format_exception(error))})
+
+
+def reproduce_command(model_class: str, backend: str) -> str:
+    """The ``exportbot export`` line that runs this generation export again, with the traceback.
+
+    The task is the one whose auto mapping lists the class (bot.sweep.catalogue.GENERATION_MAPPINGS), as the
+    sweep chose it, since ``export --task`` refuses a task of the other kind (a config's
+    ``is_encoder_decoder`` does not tell: ProphetNetForCausalLM's config class says True); text-generation
+    for a class no mapping lists."""
+    from bot.sweep.catalogue import GENERATION_MAPPINGS, generation_classes
+
+    task = next((task for task in GENERATION_MAPPINGS if model_class in generation_classes(task)), "text-generation")
+    return f"exportbot export {model_class} --task {task} --backend {backend} --debug"
 
 
 def rerun_generation(entry: LedgerEntry, model_class: str, backend: str, out_dir: Path,

@@ -273,19 +273,31 @@ def _failed(
 ) -> ExportOutcome:  # fmt: skip
     """Record a raised failure: one-line cause, stage and hint in the outcome; the full text and traceback
     in the failure record beside ``out_dir``."""
-    from bot.errors import hint_for, innermost_line
+    from bot.errors import hint_for
 
-    outcome.status = status
-    outcome.error_type = type(error).__name__
-    outcome.error = str(error).strip()[:4000] or type(error).__name__
-    outcome.traceback_tail = "".join(traceback.format_exception(error)[-3:])[-2000:]
-    outcome.failed_stage = stage
-    outcome.cause = innermost_line(error)
+    fill_raised(outcome, status, error, stage)
     outcome.hint = hint_for(f"{error}\n{outcome.cause}", stage, request.backend)
     outcome.seconds = round(time.perf_counter() - started, 3)
     record_failure(outcome, request.out_dir,
                    {"error": str(error), "traceback": "".join(traceback.format_exception(error))})
     return outcome
+
+
+def fill_raised(outcome: ExportOutcome, status: str, error: BaseException, stage: str | None,
+                traceback_of: BaseException | None = None) -> None:
+    """The fields every raised failure records, whatever export raised it: status, error type and text,
+    the last frames of the traceback (of ``traceback_of``, default ``error``), the stage and the innermost
+    cause. A wrapper exception (``GenerationExportError``) passes its cause as ``traceback_of``: its own last
+    frames are the re-raise, not the failure."""
+    from bot.errors import innermost_line
+
+    outcome.status = status
+    outcome.error_type = type(error).__name__
+    outcome.error = str(error).strip()[:4000] or type(error).__name__
+    tail = traceback.format_exception(traceback_of or error, chain=traceback_of is None)
+    outcome.traceback_tail = "".join(tail[-3:])[-2000:]
+    outcome.failed_stage = stage
+    outcome.cause = innermost_line(error)
 
 
 def record_failure(outcome: ExportOutcome, out_dir: Path | None, detail: dict[str, Any] | None = None) -> None:

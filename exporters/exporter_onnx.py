@@ -284,6 +284,34 @@ def _patch_prepare_for_export(original: Callable) -> Callable:
     return prepare
 
 
+@register_patch(
+    "onnx", "onnxscript.rewriter._matcher.SimplePatternMatcher._match_constant", dependency="onnxscript",
+)  # fmt: skip
+def _patch_exact_zero_in_no_op_rules(original: Callable) -> Callable:
+    """Match a rewrite pattern's constant ``0`` only against an exact zero.
+
+    The optimizer's no-op rules (``x + 0``, ``x - 0`` → ``Identity``, onnxscript/rewriter/rules/common/_no_op.py)
+    compare with ``math.isclose(value, 0, abs_tol=1e-8)``, the default ``abs_tol`` of a pattern ``Constant``
+    (onnxscript/rewriter/_pattern_ir.py:616), so they also delete ``x + 1e-8``: Helium's and Moshi's RMSNorm
+    ``rsqrt(variance + 1e-8)`` lost its epsilon and became ``Reciprocal(Sqrt(variance))``, infinite for an
+    all-zero row (a ``padding_idx`` embedding, which stays zero in training too), and the NaN reached every
+    later position of a left-padded row. A zero pattern constant gets ``abs_tol`` 0 here; other constants
+    (``x * 1``, ``x / 1``) keep their tolerance, which an epsilon cannot meet.
+    """
+    from onnxscript.rewriter._pattern_ir import Constant
+
+    def match_constant(self: Any, pattern_constant: Any, value: Any) -> bool:
+        if pattern_constant._value == 0 and pattern_constant._abs_tol:
+            exact = Constant(0, pattern_constant._rel_tol, 0.0)
+            matched = original(self, exact, value)
+            if not matched and original(self, pattern_constant, value):
+                record_hit("_patch_exact_zero_in_no_op_rules")  # a near-zero constant it would have deleted
+            return matched
+        return original(self, pattern_constant, value)
+
+    return match_constant
+
+
 # ── Stage 3: FX node fixes ──
 @register_fx_node_fix("onnx", upstream="https://github.com/pytorch/pytorch/issues/141107", dependency="torch")
 def _fix_reshape_of_strided(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:

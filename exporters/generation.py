@@ -147,12 +147,24 @@ class DecoderOnlyStep(torch.nn.Module):
         out = self.model(**kwargs)
         present = _flat_cache(returned_cache(self.model, out), "present")
         if not self.with_past:
-            # Padded slots are masked in every later step, so their contents never matter; zeroed, the cache is
-            # the same in every runtime (a left-padded row's fully masked queries give NaN or uniform attention
-            # depending on the kernel, which the next layer's keys would carry).
-            keep = attention_mask[:, None, :, None].to(out.logits.dtype)
-            present = {name: value * keep for name, value in present.items()}
+            present = {name: zero_padded_slots(value, attention_mask) for name, value in present.items()}
         return {"logits": out.logits[:, -1, :], **present}
+
+
+def zero_padded_slots(cache: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """``cache`` ``[batch, heads, length, dim]`` with the prompt's padded slots zeroed.
+
+    Padded slots are masked in every later step, so their contents never matter; zeroed, the cache is the
+    same in every runtime (a left-padded row's fully masked queries give NaN or uniform attention depending
+    on the kernel, which the next layer's keys would carry). A cache longer than the mask holds positions the model prepends
+    itself (CpmAnt's ``prompt_length`` learned prompt tokens, 32 for the tiny model: 40 slots for an 8-token
+    prompt); those are never padding and are kept.
+    """
+    keep = attention_mask.to(cache.dtype)
+    extra = cache.shape[2] - keep.shape[1]
+    if extra > 0:
+        keep = torch.cat([keep.new_ones(keep.shape[0], extra), keep], dim=1)
+    return cache * keep[:, None, :, None]
 
 
 class EncoderDecoderStep(torch.nn.Module):

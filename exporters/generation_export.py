@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,14 @@ EXTENSIONS = {"dynamo": ".pt2", "onnx": ".onnx", "executorch": ".pte"}
 
 
 class GenerationExportError(RuntimeError):
-    """One component could not be exported; names the component, backend and the first line of the cause."""
+    """One component could not be exported; names the component, backend and the first line of the cause.
+
+    ``component`` is the component's name (``prefill``, ``decode``): failure records put it before the stage
+    that raised (``prefill: torch.export``)."""
+
+    def __init__(self, message: str, component: str | None = None):  # default: unpickles from args alone
+        super().__init__(message)
+        self.component = component
 
 
 @dataclass
@@ -120,7 +128,8 @@ class GenerationExport:
             backend=self.backend, model_class=type(self.model).__name__, components=components, dynamic=True,
             exportbot=exportbot_identity(), config=meta.config, versions=meta.versions, workarounds_fired=fired,
             workarounds_disabled=meta.workarounds_disabled, stage_seconds=stages,
-            notes=[*meta.notes, "generation export: components " + ", ".join(self.results)],
+            notes=[*dict.fromkeys(n for r in self.results.values() for n in r.metadata.notes),
+                   "generation export: components " + ", ".join(self.results)],
             generation=generation,
         )
 
@@ -182,6 +191,66 @@ def size_oblivious_tracing() -> Any:
     return fx_config.patch(backed_size_oblivious=True)
 
 
+def export_component(exporter: Any, plan: ComponentPlan) -> ExportResult:
+    """One component through the exporter's own ``export()``; once more with the named dims that torch's
+    constraint solver refused relaxed to ``Dim.AUTO`` (same bounds), if it refused any.
+
+    Why: a named ``Dim`` makes torch.export *prove* every guard for the whole range, and its solver cannot
+    simplify a ``Min``: the contiguity check of a reshape over flattened tokens (``tokens * Min(32, 32 *
+    tokens) == 32 * tokens``, true for every ``tokens >= 1``; Aria's and Llama4's MoE routing, prefill's
+    ``sequence`` and decode's ``batch``) is reported as ``Constraints violated (sequence)!``. ``Dim.AUTO``
+    keeps the dim dynamic without the proof (as for the past length, docs/generation.md); what the program
+    then accepts is checked, not assumed: the bundle is validated at a second shape, and the dims' ranges
+    are the program's own in the manifest. The retry is recorded in the component's ``notes``.
+    """
+    def run(spec: dict[str, Any]) -> ExportResult:
+        component_config = dataclasses.replace(exporter.config, dynamic=True, dynamic_shapes=spec)
+        with size_oblivious_tracing() if plan.past_of_one else contextlib.nullcontext():
+            return type(exporter)(component_config).export(plan.module, plan.inputs)
+
+    try:
+        return run(plan.dynamic_shapes)
+    except Exception as error:
+        names = violated_dims(error)
+        relaxed = relax_named_dims(plan.dynamic_shapes, names)
+        if not names or relaxed == plan.dynamic_shapes:
+            raise
+    result = run(relaxed)
+    result.metadata.notes.append(f"{plan.name}: dims {', '.join(sorted(names))} exported as Dim.AUTO: torch's "
+                                 "constraint solver could not prove a guard over the named range")
+    return result
+
+
+_VIOLATED = re.compile(r"Constraints violated \(([^)]*)\)")
+
+
+def violated_dims(error: BaseException) -> set[str]:
+    """The dim names of a ``Constraints violated (a, b)!`` anywhere in ``error``'s cause chain."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        for match in _VIOLATED.finditer(str(current)):
+            names.update(name.strip() for name in match.group(1).split(",") if name.strip())
+        current = current.__cause__ or current.__context__
+    return names
+
+
+def relax_named_dims(spec: Any, names: set[str]) -> Any:
+    """``spec`` with every named ``Dim`` in ``names`` replaced by ``Dim.AUTO`` with the same bounds."""
+    from torch.export import Dim
+    from torch.export.dynamic_shapes import _Dim
+
+    if isinstance(spec, _Dim) and spec.__name__ in names:
+        return Dim.AUTO(min=spec.min, max=spec.max)
+    if isinstance(spec, dict):
+        return {key: relax_named_dims(value, names) for key, value in spec.items()}
+    if isinstance(spec, (list, tuple)):
+        return type(spec)(relax_named_dims(value, names) for value in spec)
+    return spec
+
+
 def export_for_generation(
     exporter: Any,
     model: torch.nn.Module,
@@ -206,15 +275,13 @@ def export_for_generation(
     plans = plan_components(model, inputs, config, backend)
     results: dict[str, ExportResult] = {}
     for plan in plans:
-        component_config = dataclasses.replace(exporter.config, dynamic=True, dynamic_shapes=plan.dynamic_shapes)
         try:
-            with size_oblivious_tracing() if plan.past_of_one else contextlib.nullcontext():
-                result = type(exporter)(component_config).export(plan.module, plan.inputs)
+            result = export_component(exporter, plan)
         except Exception as error:
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise GenerationExportError(
                 f"{type(model).__name__}: component {plan.name!r} failed on {backend}: "
-                f"{type(error).__name__}: {first_line}") from error
+                f"{type(error).__name__}: {first_line}", plan.name) from error
         result.second_inputs = plan.second_inputs
         result.metadata.model_class = type(model).__name__
         results[plan.name] = result

@@ -111,8 +111,8 @@ def run_generation(
     for step in range(max_new_tokens):
         step_logits.append(logits.detach().clone())
         scores = logits.clone()
-        if step < min_new_tokens and eos.numel():
-            scores[:, eos] = float("-inf")
+        if step < min_new_tokens:
+            _suppress(scores, eos)
         token = choose(scores)
         if pad is not None:
             token = torch.where(finished, torch.tensor(pad), token)
@@ -133,6 +133,19 @@ def run_generation(
         logits = out["logits"]
         past = _as_past(out, "present_key", own_copies) | _as_past(out, "present_value", own_copies)
     return GenerationOutput(torch.stack(tokens, dim=1), step_logits, prefill_seconds, decode_seconds, decode_steps)
+
+
+def _suppress(scores: torch.Tensor, eos: torch.Tensor) -> None:
+    """Mask the EOS tokens of ``scores`` ``[batch, vocab]`` in place (``min_new_tokens``).
+
+    Ids past the vocabulary are skipped: they can never be emitted, so there is nothing to mask, as in
+    transformers' ``MinNewTokensLengthLogitsProcessor`` (an ``isin`` over the vocabulary). A config may list
+    such ids (GLM's ``eos_token_id = [151329, 151336, 151338]`` on a model built with a small vocabulary);
+    indexing with them raised ``IndexError`` before a single token was compared.
+    """
+    eos = eos[(eos >= 0) & (eos < scores.shape[-1])]
+    if eos.numel():
+        scores[:, eos] = float("-inf")
 
 
 def _prompt(layout: Mapping[str, Any], inputs: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor],

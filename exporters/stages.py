@@ -36,7 +36,11 @@ _ENTRY_POINTS = (
 
 @dataclass
 class StageTracker:
-    """The stages started so far; ``failed`` is the innermost one an exception propagated out of."""
+    """The stages started so far; ``failed`` is the innermost one an exception propagated out of.
+
+    A stage entered after a failure means the caller handled that exception and went on (a retry:
+    ``generation_export.export_component``), so ``failed`` is cleared then: it names the failure that ended
+    the export, not one that was recovered from."""
 
     report: Callable[[str], None]
     started: list[str] = field(default_factory=list)
@@ -44,6 +48,7 @@ class StageTracker:
     failed: str | None = None
 
     def enter(self, name: str) -> None:
+        self.failed = None
         self.started.append(name)
         self.active.append(name)
         self.report(name)
