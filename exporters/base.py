@@ -28,6 +28,7 @@ from exporters.bundle import (
     write_manifest,
     write_model_configs,
 )
+from exporters.flatten import leaves_with_path
 from exporters.utils import HitLog, check_disabled_names
 from exporters.validation import (
     MISMATCH,
@@ -35,6 +36,7 @@ from exporters.validation import (
     ShapeCheck,
     ValidationReport,
     check_shape,
+    leaf_name,
     named_tensors,
 )
 
@@ -276,7 +278,19 @@ def _check_loaded(label: str, inputs: dict[str, Any], model: torch.nn.Module, lo
                                           pytree.tree_structure(returned["loaded"]))
         if difference:
             check.outputs.append(OutputCheck("output structure", MISMATCH, None, None, difference))
+        else:
+            check.outputs.extend(_constant_checks(returned["eager"], returned["loaded"]))
     return check
+
+
+def _constant_checks(eager: Any, loaded: Any) -> list[OutputCheck]:
+    """A mismatch for each non-tensor output leaf (a constant the manifest records) that differs from eager's:
+    ``check_shape`` compares tensors only, and a wrong constant would otherwise pass unseen."""
+    def constants(outputs: Any) -> list[tuple[str, Any]]:
+        return [(leaf_name(path), leaf) for path, leaf in leaves_with_path(outputs) if not isinstance(leaf, torch.Tensor)]
+
+    return [OutputCheck(name, MISMATCH, None, None, f"constant {mine!r} in the bundle, {theirs!r} in eager")
+            for (name, theirs), (_, mine) in zip(constants(eager), constants(loaded)) if mine != theirs]
 
 
 def _why(item: Any) -> str:

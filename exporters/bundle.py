@@ -85,6 +85,16 @@ class TensorSpec:
 
 
 @dataclass
+class ConstantLeaf:
+    """An output leaf that is a Python constant of the program (an int, float, bool, str or None), not an
+    artifact output: ``index`` is its position among all the output leaves of ``out_spec``."""
+
+    index: int
+    name: str
+    value: int | float | bool | str | None
+
+
+@dataclass
 class ComponentSpec:
     """One artifact file of a bundle and everything needed to call it and rebuild its outputs."""
 
@@ -99,12 +109,14 @@ class ComponentSpec:
     dims: dict[str, DimRange] = field(default_factory=dict)
     method: str = "forward"
     validation: dict[str, Any] | None = None
+    constants: list[ConstantLeaf] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ComponentSpec:
         data = _known(cls, data)
         data["inputs"] = [TensorSpec(**_known(TensorSpec, t)) for t in data.get("inputs", [])]
         data["outputs"] = [TensorSpec(**_known(TensorSpec, t)) for t in data.get("outputs", [])]
+        data["constants"] = [ConstantLeaf(**_known(ConstantLeaf, c)) for c in data.get("constants", [])]
         data["dims"] = {name: DimRange(**_known(DimRange, r)) for name, r in data.get("dims", {}).items()}
         return cls(**data)
 

@@ -171,7 +171,9 @@ def _run(session: Any, inputs: Mapping[str, Any]) -> list[np.ndarray]:
 # ExportedProgram it declares a ViT's channel dim symbolic and reuses one symbol for height and width.
 def name_graph(model: ir.Model, component: ComponentSpec, placeholders: list[str]) -> None:
     """Rename and reshape the graph's inputs and outputs after ``component``; drop from ``component.inputs``
-    the leaves the graph does not take (torch.onnx leaves out inputs the graph never reads)."""
+    the leaves the graph does not take (torch.onnx leaves out inputs the graph never reads). An output leaf
+    named like an input leaf (a model returning its ``attention_mask``) is named ``<name>_output``, in the
+    graph and in ``component.outputs``: a graph cannot hold two values of one name."""
     graph = model.graph
     by_placeholder = dict(zip(placeholders, component.inputs))
     taken = []
@@ -185,10 +187,13 @@ def name_graph(model: ir.Model, component: ComponentSpec, placeholders: list[str
     component.inputs = taken
     if len(graph.outputs) != len(component.outputs):
         raise ValueError(f"the ONNX graph has {len(graph.outputs)} outputs, the program {len(component.outputs)}")
+    input_names = {spec.name for spec in taken}
     for index, (value, spec) in enumerate(zip(list(graph.outputs), component.outputs)):
         if value.is_graph_input() or value.name in {v.name for v in graph.outputs[:index]}:
             value = _identity_of(graph, value)  # an output that is an input (or another output) gets its own value
             graph.outputs[index] = value
+        if spec.name in input_names:  # an input the model returns (Qwen2Audio's attention_mask): ONNX names a value once
+            spec.name = f"{spec.name}_output"
         value.name = spec.name
         value.shape = _shape(spec.shape)
 
@@ -310,6 +315,79 @@ def _patch_exact_zero_in_no_op_rules(original: Callable) -> Callable:
         return original(self, pattern_constant, value)
 
     return match_constant
+
+
+@register_patch(
+    "onnx", "torch.onnx._internal.exporter._core._handle_output_node", dependency="torch", counts_itself=True,
+)  # fmt: skip
+def _patch_constant_outputs_skipped(original: Callable) -> Callable:
+    """Leave a program's constant outputs (Python ints, floats, bools) out of the ONNX graph, as torch.onnx
+    already does for ``None``.
+
+    MaskFormerSwinModel returns ``hidden_states_spatial_dimensions``, a tuple of (height, width) ints, so the
+    program's output node returns ``(layer_norm_12, view_63, 16, 16, 8, 8, ...)``; torch.onnx's output
+    handler reads ``.name`` of every entry but ``None`` and fails with ``'int' object has no attribute
+    'name'``, although its graph-signature step skips these very outputs (``ConstantArgument``). A constant
+    is no graph value: the bundle's manifest records it (``constants``, docs/export-format.md) and
+    ``exporters.load`` puts it back. No upstream issue found; draft with reproducer:
+    docs/upstream-drafts/torch-onnx-constant-outputs.md.
+    """
+
+    def handle_output_node(node: torch.fx.Node, *args: Any, **kwargs: Any) -> Any:
+        outputs = node.args[0] if isinstance(node.args[0], (tuple, list)) else (node.args[0],)
+        values = tuple(out for out in outputs if out is None or isinstance(out, torch.fx.Node))
+        if len(values) == len(outputs):
+            return original(node, *args, **kwargs)
+        record_hit("_patch_constant_outputs_skipped")
+        return original(_OutputNode(node.name, (values,)), *args, **kwargs)
+
+    return handle_output_node
+
+
+@dataclass(frozen=True)
+class _OutputNode:
+    """What torch.onnx's output handler reads of an FX output node: its name and its returned values."""
+
+    name: str
+    args: tuple[Any, ...]
+
+
+@register_patch(
+    "onnx", "onnx_ir.passes.common.output_fix._alias_direct_outputs", dependency="onnxscript", optional=True,
+    counts_itself=True,
+)  # fmt: skip
+def _patch_returned_input_keeps_its_name(original: Callable) -> Callable:
+    """Keep the name of a graph input that the model also returns; the added Identity's output takes another.
+
+    ONNX forbids a graph input as a graph output, so onnx_ir's ``OutputFixPass`` (run by the onnxscript
+    optimizer) puts an ``Identity`` between them, gives the Identity's output the input's name and renames
+    the *input* to ``<name>_orig`` (onnx_ir/passes/common/output_fix.py): the model's interface changes, and
+    the bundle's inputs no longer match the graph's. Qwen2AudioModel returns its ``attention_mask`` unchanged
+    (``Qwen2AudioCausalLMOutputWithPast.attention_mask``) and failed with ``ONNX graph input
+    'attention_mask_orig' is none of the program's inputs``. Here the input gets its name back and the
+    output is named ``<name>_output`` (``name_graph`` then names every output). The fix belongs in onnx-ir,
+    which is not pinned here: ``dependency`` names onnxscript, whose optimizer runs the pass and whose
+    releases move the onnx-ir requirement (so an audit sees it). Optional: onnx-ir before 0.1.13 has no pass.
+    No upstream issue found; draft with reproducer: docs/upstream-drafts/onnx-ir-output-fix-renames-input.md.
+    """
+
+    def alias_direct_outputs(graph_like: ir.Graph | ir.Function) -> bool:
+        graphs = (graph_like, *graph_like.subgraphs())
+        names = {id(value): value.name for graph in graphs for value in graph.inputs}
+        modified = original(graph_like)
+        for graph in graphs:
+            for value in graph.inputs:
+                name = names[id(value)]
+                if value.name == name:
+                    continue
+                for output in graph.outputs:
+                    if output.name == name:
+                        output.name = f"{name}_output"
+                value.name = name
+                record_hit("_patch_returned_input_keeps_its_name")
+        return modified
+
+    return alias_direct_outputs
 
 
 # ── Stage 3: FX node fixes ──
@@ -503,3 +581,7 @@ def apply_ir_fixes(model: ir.Model, without: frozenset[str]) -> None:
             continue
         if any([fix(graph) for graph in graphs]):
             record_hit(fix.__name__)
+
+
+# The other translations (stage 4) live in their own module; importing it registers them in the table above.
+from exporters import onnx_translations  # noqa: E402, F401

@@ -6,7 +6,8 @@ opens one runner per component, and on each call checks the arguments against th
 runtime sees them: a missing or unexpected input, a wrong dtype or rank, a static dim of another size, a
 dynamic dim outside its range, or two dims that share a name but not a size each fail with one line
 naming the input and dim. Outputs are rebuilt with the manifest's output spec, whose traced constants (a
-sliding-window cache layer's ``cumulative_length``: ``TracedInt``) are recomputed at the call's dim sizes.
+sliding-window cache layer's ``cumulative_length``: ``TracedInt``) are recomputed at the call's dim sizes;
+output leaves that are constants of the program (``constants``: ints, None) go back where eager had them.
 """
 
 from __future__ import annotations
@@ -92,11 +93,14 @@ class ExportedComponent:
     def __call__(self, **kwargs: Any) -> Any:
         feed = self.check_inputs(kwargs)
         outputs = self.runner(feed)
-        if len(outputs) != self.out_spec.num_leaves:
+        constants = self.spec.constants
+        if len(outputs) + len(constants) != self.out_spec.num_leaves:
             raise RuntimeError(
                 f"{self.spec.file} returned {len(outputs)} outputs; the manifest's output structure has "
-                f"{self.out_spec.num_leaves}"
+                f"{self.out_spec.num_leaves}" + (f", {len(constants)} of them constants" if constants else "")
             )
+        for constant in constants:  # ascending positions: each lands where eager returned it
+            outputs.insert(constant.index, constant.value)
         out_spec = self.out_spec
         if self.has_traced_constants:
             sizes = self.dim_sizes(feed)

@@ -49,7 +49,8 @@ class ExecutorchRunner:
         self.names = [t.name for t in spec.inputs]
 
     def __call__(self, feed: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
-        return list(self.method.execute([feed[name].contiguous() for name in self.names]))
+        outputs = self.method.execute([feed[name].contiguous() for name in self.names])
+        return [out for out in outputs if isinstance(out, torch.Tensor)]  # constants come from the manifest
 
 
 class TorchExportRunner:

@@ -18,10 +18,10 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from exporters.bundle import ComponentSpec, DimRange, TensorSpec, TracedInt
+from exporters.bundle import ComponentSpec, ConstantLeaf, DimRange, TensorSpec, TracedInt
 from exporters.validation import leaf_name
 
-__all__ = ["describe_component", "dtype_name", "map_traced_constants", "output_structure", "pytree_type_names",
+__all__ = ["constant_outputs", "describe_component", "dtype_name", "map_traced_constants", "output_structure", "pytree_type_names",
            "user_input_placeholders"]
 
 # (leaf name, dim index) → role. The role names the dim only when the program left it symbolic. Leaves of a
@@ -185,6 +185,30 @@ def _is_traced(item: Any) -> bool:
     return isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], TracedInt)
 
 
+_CONSTANT_TYPES = (int, float, bool, str, type(None))
+
+
+def constant_outputs(out_flat: list[tuple[Any, Any]]) -> list[ConstantLeaf]:
+    """The output leaves that are constants of the program, not graph values, by position among all leaves.
+
+    An output that is a Python value (MaskFormerSwin's ``hidden_states_spatial_dimensions`` ints, a cache
+    layer's ``None`` slot) is written into the program's output node as it is: the program returns it for
+    every input it accepts, so no artifact computes it. A size computed at run time (a ``SymInt`` of a
+    dynamic export) is no constant and cannot be a bundle output: that raises.
+    """
+    constants = []
+    for index, (path, value) in enumerate(out_flat):
+        if isinstance(value, torch.Tensor):
+            continue
+        if type(value) not in _CONSTANT_TYPES:
+            raise ValueError(
+                f"the program returns {leaf_name(path)!r} as a {type(value).__name__}, which is neither a tensor "
+                "nor a constant: a bundle's outputs are tensors, and Python constants recorded in the manifest"
+            )
+        constants.append(ConstantLeaf(index, leaf_name(path), value))
+    return constants
+
+
 def describe_component(
     program: ExportedProgram, inputs: Mapping[str, Any], file: str, runtime: str, method: str = "forward"
 ) -> ComponentSpec:
@@ -211,8 +235,7 @@ def describe_component(
         for path, value in out_flat
         if isinstance(value, torch.Tensor)
     ]
-    if len(output_specs) != len(out_flat):
-        raise ValueError("the program returns non-tensor leaves; a bundle's outputs must all be tensors")
+    constants = constant_outputs(out_flat)
     out_spec = map_traced_constants(out_spec, namer.traced)
     return ComponentSpec(
         file=file,
@@ -225,4 +248,5 @@ def describe_component(
         pytree_types=pytree_type_names(in_spec, out_spec),
         dims=namer.dims,
         method=method,
+        constants=constants,
     )

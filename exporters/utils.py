@@ -73,6 +73,7 @@ class Workaround:
     upstream: str | None = None
     dependency: str | None = None
     optional: bool = False
+    counts_itself: bool = False  # a patch that calls record_hit only when it changes something
 
     @property
     def summary(self) -> str:
@@ -117,15 +118,22 @@ def register_patch(
     upstream: str | None = None,
     dependency: str | None = None,
     optional: bool = False,
+    counts_itself: bool = False,
 ) -> Callable[[Callable], Callable]:
-    """Register ``factory(original) -> replacement`` for each dotted path in ``paths``."""
+    """Register ``factory(original) -> replacement`` for each dotted path in ``paths``.
+
+    Each call of the replacement counts as a hit, unless ``counts_itself``: a patch on a target every export
+    calls (torch.onnx's output handler) records its own hits, only when it changed something, so that
+    ``workarounds_fired`` keeps saying which exports needed it.
+    """
     if not paths:
         raise WorkaroundError("register_patch needs at least one target path")
 
     def decorate(factory: Callable) -> Callable:
         _register(
             _PATCHES,
-            Workaround(factory.__name__, "patch", backend, factory, tuple(paths), upstream, dependency, optional),
+            Workaround(factory.__name__, "patch", backend, factory, tuple(paths), upstream, dependency, optional,
+                       counts_itself),
         )
         return factory
 
@@ -326,7 +334,7 @@ def installed_patches(backend: str, disabled: frozenset[str] = frozenset()) -> I
                 replacement = workaround.func(original)
                 if isinstance(raw, staticmethod) and not isinstance(replacement, staticmethod):
                     replacement = staticmethod(replacement)
-                setattr(owner, attribute, _counting(workaround.name, replacement))
+                setattr(owner, attribute, replacement if workaround.counts_itself else _counting(workaround.name, replacement))
                 swapped.append((owner, attribute, raw, owned))
             yield sorted({w.name for w, *_ in planned})
         finally:
