@@ -26,8 +26,9 @@ def _static_size(value: Any, dim: int) -> int | None:
     return size if isinstance(size, int) else None
 
 
-def _squeeze_size_one_dims(self: Any, dims: list[int]) -> Any:
-    """``Squeeze`` over the dims whose size is 1, ``Identity`` when there is none (torch's no-op case)."""
+def _squeeze_size_one_dims(self: Any, dims: list[int], workaround: str) -> Any:
+    """``Squeeze`` over the dims whose size is 1, ``Identity`` when there is none (torch's no-op case); a hit
+    of ``workaround`` only when a listed dim is left in place, where torchlib's Squeeze would have failed."""
     from onnxscript import opset18 as op
 
     shape = getattr(self, "shape", None)
@@ -39,7 +40,7 @@ def _squeeze_size_one_dims(self: Any, dims: list[int]) -> Any:
     axes = sorted({dim % rank for dim in dims})
     ones = [dim for dim in axes if _static_size(self, dim) == 1]
     if len(ones) != len(axes):
-        record_hit("_aten_squeeze_dims_of_size_one")
+        record_hit(workaround)
     return op.Squeeze(self, op.Constant(value_ints=ones)) if ones else op.Identity(self)
 
 
@@ -55,35 +56,54 @@ def _aten_squeeze_dims_of_size_one(self: Any, dim: int) -> Any:
     torch.export program (0/1 are specialised), so it is not squeezed either. No upstream issue found;
     draft with reproducer: docs/upstream-drafts/onnxscript-squeeze-dim-not-size-one.md.
     """
-    return _squeeze_size_one_dims(self, [dim])
+    return _squeeze_size_one_dims(self, [dim], "_aten_squeeze_dims_of_size_one")
 
 
 @_register_translation(torch.ops.aten.squeeze.dims, dependency="onnxscript")
 def _aten_squeeze_dims_list_of_size_one(self: Any, dim: list[int]) -> Any:
     """``aten.squeeze.dims`` (``squeeze((1, 2))``): as ``_aten_squeeze_dims_of_size_one``, per listed dim.
 
-    torchlib's ``aten_squeeze_dim`` handles the list overload the same way (every listed axis squeezed), so
-    a listed dim of size 8 fails ONNX Runtime's shape inference just as ``squeeze(dim)`` does.
+    Without it torch.onnx decomposes the list overload to ``prims.view_of`` when no listed dim is 1, for which
+    it has no translation (``No ONNX function found for ... prims.view_of``). Here the listed dims of size 1
+    are squeezed and the others kept, as torch does.
     """
-    return _squeeze_size_one_dims(self, list(dim))
+    return _squeeze_size_one_dims(self, list(dim), "_aten_squeeze_dims_list_of_size_one")
 
 
 @_register_translation(torch.ops.aten.cummax.default, dependency="onnxscript")
 def _aten_cummax(self: Any, dim: int) -> tuple[Any, Any]:
     """``aten.cummax``: running maximum and the index it came from, as a masked max over a (j ≤ i) triangle.
 
-    torch.onnx has no translation for ``cummax`` (``DispatchError`` for aten.cummax.default) and ONNX has no
-    running-max op: MM Grounding DINO's text mask builder takes ``torch.cummax`` over special-token positions
-    (modeling_mm_grounding_dino.py:1751-1753). With ``x`` along ``dim`` as ``x[j]``: ``values[i] = max(x[j] for
-    j ≤ i)``, and ``indices[i]`` is the last ``j ≤ i`` where ``x[j] == values[i]`` (torch returns the latest
-    of tied maxima: ``cummax([1, 1])`` gives indices ``[0, 1]``). Masked-out entries take the tensor's own
-    minimum, so any dtype works. Cost: a (length × length) broadcast per row, fine for token-mask lengths; the
-    length may stay dynamic. A NaN does not propagate as in torch. No upstream issue found; draft with
-    reproducer: docs/upstream-drafts/onnxscript-cummax.md.
+    torch.onnx has no translation for ``cummax`` or ``cummin`` (``DispatchError ... No decompositions
+    registered``) and ONNX has no running-max op: MM Grounding DINO's text mask builder takes ``torch.cummax``
+    and ``torch.cummin`` over special-token positions (modeling_mm_grounding_dino.py:1751-1753). With ``x``
+    along ``dim`` as ``x[j]``: ``values[i] = max(x[j] for j ≤ i)``, and ``indices[i]`` is the last ``j ≤ i``
+    where ``x[j] == values[i]`` (torch returns the latest of tied maxima: ``cummax([1, 1])`` gives indices
+    ``[0, 1]``). Cost: a (length × length) broadcast per row, fine for token-mask lengths; the length may stay
+    dynamic. A NaN does not propagate as in torch. No upstream issue found; draft with reproducer:
+    docs/upstream-drafts/onnxscript-cummax-cummin.md.
     """
     from onnxscript import opset18 as op
 
     record_hit("_aten_cummax")
+    return _running_extreme(self, dim, op.ReduceMax, op.ReduceMin)
+
+
+@_register_translation(torch.ops.aten.cummin.default, dependency="onnxscript")
+def _aten_cummin(self: Any, dim: int) -> tuple[Any, Any]:
+    """``aten.cummin``: running minimum and the last index it came from; see ``_aten_cummax``."""
+    from onnxscript import opset18 as op
+
+    record_hit("_aten_cummin")
+    return _running_extreme(self, dim, op.ReduceMin, op.ReduceMax)
+
+
+def _running_extreme(self: Any, dim: int, reduce: Any, opposite: Any) -> tuple[Any, Any]:
+    """``reduce`` (ReduceMax or ReduceMin) of ``x[j]`` over ``j ≤ i`` for each ``i`` along ``dim``, and the last
+    such ``j`` that holds it. Entries with ``j > i`` take ``opposite`` of the whole tensor, which never wins,
+    so every dtype works without a dtype-specific infinity."""
+    from onnxscript import opset18 as op
+
     rank = len(self.shape)
     if rank == 0:
         return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
@@ -97,8 +117,8 @@ def _aten_cummax(self: Any, dim: int) -> tuple[Any, Any]:
         earlier = op.Unsqueeze(earlier, op.Constant(value_ints=trailing))
         column = op.Unsqueeze(column, op.Constant(value_ints=trailing))
     by_j = op.Unsqueeze(self, op.Constant(value_ints=[dim + 1]))  # x[..., j, 1, ...]
-    lowest = op.ReduceMin(self, keepdims=0)
-    values = op.ReduceMax(op.Where(earlier, by_j, lowest), op.Constant(value_ints=[dim]), keepdims=0)
+    never = opposite(self, keepdims=0)
+    values = reduce(op.Where(earlier, by_j, never), op.Constant(value_ints=[dim]), keepdims=0)
     reached = op.And(earlier, op.Equal(by_j, op.Unsqueeze(values, op.Constant(value_ints=[dim]))))
     none = op.Constant(value=ir.tensor(-1, dtype=ir.DataType.INT64))
     indices = op.ReduceMax(op.Where(reached, column, none), op.Constant(value_ints=[dim]), keepdims=0)

@@ -83,6 +83,30 @@ COVERAGE: dict[str, list[str]] = {
         "test_workarounds.py::test_afmoe_needs_the_view_fix_and_matches_eager_with_it",
     ],
     "_aten_is_all_true": ["test_workarounds.py::test_is_all_true_translation_matches_eager"],
+    "_aten_squeeze_dims_of_size_one": [
+        "test_onnx_outputs.py::test_squeeze_keeps_dims_that_are_not_one_and_matches_eager",
+        "test_onnx_outputs.py::test_onnx_needs_squeeze_of_size_one_dims_only",
+    ],
+    "_aten_squeeze_dims_list_of_size_one": [
+        "test_onnx_outputs.py::test_squeeze_keeps_dims_that_are_not_one_and_matches_eager",
+        "test_onnx_outputs.py::test_onnx_needs_squeeze_of_size_one_dims_only",
+    ],
+    "_aten_cummax": [
+        "test_onnx_outputs.py::test_cummax_and_cummin_match_eager_values_and_tied_indices_at_two_lengths",
+        "test_onnx_outputs.py::test_onnx_needs_cummax_and_cummin_translated",
+    ],
+    "_aten_cummin": [
+        "test_onnx_outputs.py::test_cummax_and_cummin_match_eager_values_and_tied_indices_at_two_lengths",
+        "test_onnx_outputs.py::test_onnx_needs_cummax_and_cummin_translated",
+    ],
+    "_patch_returned_input_keeps_its_name": [
+        "test_onnx_outputs.py::test_returned_input_keeps_the_input_name_and_loads_back",
+        "test_onnx_outputs.py::test_onnx_needs_the_returned_input_renamed_back",
+    ],
+    "_patch_constant_outputs_skipped": [
+        "test_onnx_outputs.py::test_constant_outputs_are_recorded_and_the_loader_returns_eager_structure",
+        "test_onnx_outputs.py::test_onnx_needs_constant_outputs_left_out_of_the_graph",
+    ],
     "_fix_strided_reshape_input": [
         "test_workarounds.py::test_reshape_fixes_keep_eager_values",
         "test_executorch.py::test_gpt2_needs_the_strided_reshape_fix_and_it_fires",
