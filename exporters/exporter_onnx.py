@@ -330,7 +330,7 @@ def _patch_constant_outputs_skipped(original: Callable) -> Callable:
     'name'``, although its graph-signature step skips these very outputs (``ConstantArgument``). A constant
     is no graph value: the bundle's manifest records it (``constants``, docs/export-format.md) and
     ``exporters.load`` puts it back. No upstream issue found; draft with reproducer:
-    docs/upstream-drafts/torch-onnx-constant-outputs.md.
+    docs/upstream-drafts/_patch_constant_outputs_skipped.md.
     """
 
     def handle_output_node(node: torch.fx.Node, *args: Any, **kwargs: Any) -> Any:
@@ -368,7 +368,7 @@ def _patch_returned_input_keeps_its_name(original: Callable) -> Callable:
     output is named ``<name>_output`` (``name_graph`` then names every output). The fix belongs in onnx-ir,
     which is not pinned here: ``dependency`` names onnxscript, whose optimizer runs the pass and whose
     releases move the onnx-ir requirement (so an audit sees it). Optional: onnx-ir before 0.1.13 has no pass.
-    No upstream issue found; draft with reproducer: docs/upstream-drafts/onnx-ir-output-fix-renames-input.md.
+    No upstream issue found; draft with reproducer: docs/upstream-drafts/_patch_returned_input_keeps_its_name.md.
     """
 
     def alias_direct_outputs(graph_like: ir.Graph | ir.Function) -> bool:

@@ -54,7 +54,7 @@ def _aten_squeeze_dims_of_size_one(self: Any, dim: int) -> Any:
     Dimension of input 2 must be 1 instead of 8``. The program proved every static size, so the choice is
     made at export: ``Squeeze`` on the size-1 dims, ``Identity`` otherwise. A symbolic dim is never 1 in a
     torch.export program (0/1 are specialised), so it is not squeezed either. No upstream issue found;
-    draft with reproducer: docs/upstream-drafts/onnxscript-squeeze-dim-not-size-one.md.
+    draft with reproducer: docs/upstream-drafts/_aten_squeeze_dims_of_size_one.md.
     """
     return _squeeze_size_one_dims(self, [dim], "_aten_squeeze_dims_of_size_one")
 
@@ -81,7 +81,7 @@ def _aten_cummax(self: Any, dim: int) -> tuple[Any, Any]:
     where ``x[j] == values[i]`` (torch returns the latest of tied maxima: ``cummax([1, 1])`` gives indices
     ``[0, 1]``). Cost: a (length × length) broadcast per row, fine for token-mask lengths; the length may stay
     dynamic. A NaN does not propagate as in torch. No upstream issue found; draft with reproducer:
-    docs/upstream-drafts/onnxscript-cummax-cummin.md.
+    docs/upstream-drafts/_aten_cummax.md.
     """
     from onnxscript import opset18 as op
 
