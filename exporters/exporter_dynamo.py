@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,8 @@ from exporters.base import (
     package_versions,
     start_export,
 )
-from exporters.bundle import RUNTIMES, TracedInt
+from exporters.bundle import RUNTIMES
+from exporters.cache_pytree import register_pytree_types, register_walked_type
 from exporters.signature import describe_component, output_structure
 from exporters.tiny import resized_mask
 from exporters.utils import installed_patches, tracking_hits
@@ -185,183 +185,8 @@ def flat_forward_signature(model: torch.nn.Module, names: list[str]) -> Iterator
 
 
 # ── Stage 3: Pytree registration ──
-# torch.export flattens inputs and outputs with torch's pytree. transformers registers ModelOutput
-# subclasses itself, but not Cache subclasses: without this stage a model returning a DynamicCache fails
-# with "Found <class 'DynamicCache'> in output, which is not a known type".
-# Which attributes of a class are children, learnt from the first instance that holds tensors in them and
-# kept per class: flattening must depend on the structure, not on the values, because ExecuTorch's emitter
-# flattens a copy of the output whose tensor leaves were replaced by ints.
-_CHILD_ATTRIBUTES: dict[type, set[str]] = {}
-
-
-def _flatten_to_context(obj: Any) -> tuple[list[Any], list[tuple[str, Any]]]:
-    """Split an object's attributes into tensor-holding children and a constant context.
-
-    Children are attributes holding tensors (directly, or inside lists/tuples/dicts/objects, which pytree
-    recurses into once registered), or attributes that held tensors in an earlier instance of the class;
-    everything else goes into the context, a traced scalar as the value it had at the sample shape.
-
-    Why concrete: a context is a constant of the program's output spec. A SymInt there (a sliding-window
-    cache layer's ``cumulative_length`` under dynamic shapes) belongs to the tracing ShapeEnv, means nothing
-    when the program runs, cannot be saved, and breaks every ``copy.deepcopy`` of the module call graph that
-    ``run_decompositions`` makes (torch.onnx and ExecuTorch: ``Cannot access data pointer of Tensor``).
-    """
-    known = _CHILD_ATTRIBUTES.setdefault(type(obj), set())
-    children: list[Any] = []
-    context: list[tuple[str, Any]] = []
-    for name, value in vars(obj).items():
-        if name in known or _holds_tensors(value):
-            known.add(name)
-            children.append(value)
-            context.append((name, _CHILD))
-        else:
-            context.append((name, _concrete(value)))
-    return children, context
-
-
-def _concrete(value: Any) -> Any:
-    """A traced SymInt/SymFloat/SymBool as its sample-shape value (its hint), a SymInt as a ``TracedInt``
-    that also keeps the expression it was traced as (the loader recomputes it at the caller's sizes);
-    anything else unchanged."""
-    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        hint = value.node.hint
-        if hint is None:
-            return value
-        if isinstance(value, torch.SymInt):
-            return TracedInt(int(hint), str(value.node.expr))
-        return type(hint)(hint)
-    return value
-
-
-def _unflatten_from_context(cls: type, children: list[Any], context: list[tuple[str, Any]]) -> Any:
-    instance = cls.__new__(cls)
-    remaining = iter(children)
-    for name, value in context:
-        instance.__dict__[name] = next(remaining) if value is _CHILD else value
-    return instance
-
-
-class _ChildMarker:
-    """Marks a child's place in a context; one instance, kept by copy and pickle (``run_decompositions``
-    deep-copies output specs, and an identity check against a copy would silently drop children)."""
-
-    def __repr__(self) -> str:
-        return "<child>"
-
-    def __reduce__(self) -> str:
-        return "_CHILD"
-
-
-_CHILD = _ChildMarker()
-
-
-def _holds_tensors(value: Any, depth: int = 0) -> bool:
-    if isinstance(value, torch.Tensor):
-        return True
-    if depth > 4:
-        return False
-    if isinstance(value, (list, tuple)):
-        return any(_holds_tensors(v, depth + 1) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_tensors(v, depth + 1) for v in value.values())
-    if hasattr(value, "__dict__") and not isinstance(value, (type, torch.nn.Module)):
-        return any(_holds_tensors(v, depth + 1) for v in vars(value).values())
-    return False
-
-
-def register_walked_type(cls: type) -> None:
-    if cls in pytree.SUPPORTED_NODES:
-        return
-
-    def flatten_with_keys(obj: Any) -> tuple[list[tuple[Any, Any]], Any]:
-        children, context = _flatten_to_context(obj)
-        names = [name for name, value in context if value is _CHILD]
-        return [(pytree.GetAttrKey(n), c) for n, c in zip(names, children)], context
-
-    pytree.register_pytree_node(
-        cls,
-        _flatten_to_context,
-        lambda children, context: _unflatten_from_context(cls, list(children), context),
-        serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
-        flatten_with_keys_fn=flatten_with_keys,
-        to_dumpable_context=_dumpable_context,
-        from_dumpable_context=_loaded_context,
-    )
-
-
-def _dumpable_context(context: list[tuple[str, Any]]) -> str:
-    """JSON for a saved program: JSON constants, dtypes, devices, and lists/tuples/dicts of them.
-
-    Dicts are stored as key/value pairs so that non-string keys (EncoderDecoderCache.is_updated maps layer
-    indices to flags) come back with their type.
-    """
-
-    def encode(value: Any) -> Any:
-        if value is _CHILD:
-            return {"child": True}
-        if isinstance(value, TracedInt):
-            return {"traced": [int(value), value.expr]}
-        if isinstance(value, torch.dtype):
-            return {"dtype": str(value).removeprefix("torch.")}
-        if isinstance(value, torch.device):
-            return {"device": str(value)}
-        if value is None or isinstance(value, (bool, int, float, str)):
-            return value
-        if isinstance(value, (list, tuple)):
-            return {type(value).__name__: [encode(v) for v in value]}
-        if isinstance(value, dict):
-            return {"dict": [[encode(k), encode(v)] for k, v in value.items()]}
-        raise TypeError(f"cannot save a {type(value).__name__} constant in a pytree context")
-
-    return json.dumps([[name, encode(value)] for name, value in context])
-
-
-def _loaded_context(dumped: str) -> list[tuple[str, Any]]:
-    def decode(value: Any) -> Any:
-        if not isinstance(value, dict):
-            return value
-        (kind, content), = value.items()
-        if kind == "child":
-            return _CHILD
-        if kind == "traced":
-            return TracedInt(*content)
-        if kind == "dtype":
-            return getattr(torch, content)
-        if kind == "device":
-            return torch.device(content)
-        if kind == "dict":
-            return {decode(k): decode(v) for k, v in content}
-        return (tuple if kind == "tuple" else list)(decode(v) for v in content)
-
-    return [(name, decode(value)) for name, value in json.loads(dumped)]
-
-
-def _subclasses(cls: type) -> Iterator[type]:
-    for sub in cls.__subclasses__():
-        yield sub
-        yield from _subclasses(sub)
-
-
-def register_pytree_types(model: torch.nn.Module) -> None:
-    """Register every loaded Cache subclass and its layer types (idempotent, process-wide)."""
-    from transformers import cache_utils
-
-    # Explicit branch: a cache's layers live in a list of layer objects (attention layers derive from
-    # CacheLayerMixin, linear-attention layers from LinearAttentionCacheLayerMixin); register every
-    # concrete subclass of those mixins too, so the walk reaches their tensors.
-    bases = [cache_utils.Cache] + [
-        cls for name, cls in inspect.getmembers(cache_utils, inspect.isclass) if name.endswith("LayerMixin")
-    ]
-    for base in bases:
-        for cls in [base, *_subclasses(base)]:
-            if not inspect.isabstract(cls):
-                register_walked_type(cls)
-    # Model-specific caches that are not Cache subclasses (transformers 5.0's Lfm2HybridConvCache) live in the
-    # module of the submodule that makes them, which for a composite model is not the top-level one.
-    for module in {inspect.getmodule(type(sub)) for sub in model.modules()}:
-        for _, cls in inspect.getmembers(module, inspect.isclass):
-            if cls.__module__ == module.__name__ and cls.__name__.endswith("Cache"):
-                register_walked_type(cls)
+# ``register_pytree_types`` from exporters/cache_pytree.py (the loaders use the same walk): Cache classes and
+# their layer classes become pytree nodes; the pytree rules there (``@register_pytree_rule``) are its workarounds.
 
 
 # ── Stage 4: Dynamic shapes ──

@@ -476,7 +476,7 @@ def _fix_complex_rotary_for_executorch(program: ExportedProgram) -> bool:
     support), so Llama 4's and DeepSeek-V2's ``view_as_complex(q) * polar(1, angle)`` cannot run. The product
     is a rotation of (x0, x1) pairs; ``exporters.fx_rewrites.split_complex_arithmetic`` writes it with real ops.
     """
-    return split_complex_arithmetic(program.graph_module) > 0
+    return split_complex_arithmetic(program.graph_module, program) > 0
 
 
 # ── Stage 5: FX node fixes ──

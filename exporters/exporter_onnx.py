@@ -462,7 +462,7 @@ def _fix_complex_rotary_for_onnx(program: Any) -> bool:
     input`` (pytorch/pytorch#126972). The product is a rotation of (x0, x1) pairs; run once on the whole
     program before the node fixes, ``exporters.fx_rewrites.split_complex_arithmetic`` writes it with real ops.
     """
-    return split_complex_arithmetic(program.graph_module) > 0
+    return split_complex_arithmetic(program.graph_module, program) > 0
 
 
 # ── Stage 4: ONNX translations ──

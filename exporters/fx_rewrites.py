@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -240,9 +240,25 @@ def _complex_rules() -> dict[Any, Callable[..., Any]]:
     }
 
 
-def _rewritable(node: torch.fx.Node, rules: dict[Any, Callable]) -> bool:
+def _complex_constants(program: Any) -> dict[str, tuple[dict[str, Any], str]]:
+    """Placeholder name → (the program's table holding it, its key) for every complex buffer or lifted
+    constant of ``program`` (persistent buffers live in ``state_dict``, the others in ``constants``)."""
+    if program is None:
+        return {}
+    found: dict[str, tuple[dict[str, Any], str]] = {}
+    for spec in program.graph_signature.input_specs:
+        target = getattr(spec, "target", None)
+        for table in (program.state_dict, program.constants):
+            if target in table and _is_complex(table[target]):
+                found[spec.arg.name] = (table, target)
+    return found
+
+
+def _rewritable(node: torch.fx.Node, rules: dict[Any, Callable], constants: Mapping[str, Any]) -> bool:
     if node.op == "call_function" and node.target is torch.ops.aten._assert_tensor_metadata.default:
         return True
+    if node.op == "placeholder":
+        return node.name in constants  # a complex model input stays complex: the caller passes complex values
     if node.op != "call_function" or node.target not in rules:
         return False  # a complex placeholder (constant), output or op without a rule: leave the graph alone
     if node.target is torch.ops.aten.mul.Tensor and not _is_complex(node.meta.get("val")):
@@ -252,24 +268,34 @@ def _rewritable(node: torch.fx.Node, rules: dict[Any, Callable]) -> bool:
     return True
 
 
-def split_complex_arithmetic(graph_module: torch.fx.GraphModule) -> int:
+def split_complex_arithmetic(graph_module: torch.fx.GraphModule, program: Any = None) -> int:
     """Rewrite complex-valued arithmetic as arithmetic on (..., 2) real pairs; returns how many nodes it rewrote.
 
     Complex rotary embeddings (``view_as_complex`` of (x0, x1) pairs times ``polar(1, angle)``, then
     ``view_as_real``) are ordinary rotations: the real form is ``torch.view_as_real``'s own layout, so
     ``view_as_complex`` becomes the identity, ``polar`` a stack of cos and sin, a complex product the four real
-    products, and shape ops keep the trailing pair dim. All or nothing: if one complex value is made or used
-    by anything without a rule (a complex constant, a graph output, an op such as ``fft``), nothing changes
-    and the backend reports its own error.
+    products, and shape ops keep the trailing pair dim. A complex buffer or constant of ``program`` (Llama 4's
+    vision rotary table ``freqs_ci``, precomputed with ``view_as_complex``) is stored as its ``view_as_real``
+    pair, so its placeholder is already the pair. All or nothing: if one complex value is made or used by
+    anything without a rule (a complex model input, a graph output, an op such as ``fft``, a complex constant
+    when no ``program`` is given), nothing changes and the backend reports its own error.
     """
-    graph, rules = graph_module.graph, _complex_rules()
+    graph, rules, constants = graph_module.graph, _complex_rules(), _complex_constants(program)
     touched = [node for node in graph.nodes if _touches_complex(node)]
-    if not touched or not all(_rewritable(node, rules) for node in touched):
+    if not touched or not all(_rewritable(node, rules, constants) for node in touched):
         return 0
     pairs: dict[torch.fx.Node, Any] = {}
     for node in touched:
         if node.target is torch.ops.aten._assert_tensor_metadata.default:
             continue  # it checks the complex value that goes away; erased below
+        if node.op == "placeholder":
+            table, key = constants[node.name]
+            table[key] = torch.view_as_real(table[key]).contiguous()
+            fake_mode = detect_fake_mode([node.meta["val"]])
+            with fake_mode if fake_mode is not None else contextlib.nullcontext():
+                node.meta["val"] = torch.view_as_real(node.meta["val"]).contiguous()
+            pairs[node] = node
+            continue
         emit = emitter(graph_module, node)
         result = rules[node.target](emit, lambda arg: pairs.get(arg, arg), node)
         if _is_complex(node.meta.get("val")):
@@ -277,6 +303,8 @@ def split_complex_arithmetic(graph_module: torch.fx.GraphModule) -> int:
         else:
             node.replace_all_uses_with(result)
     for node in reversed(touched):
+        if node.op == "placeholder":
+            continue
         if node.target is torch.ops.aten._assert_tensor_metadata.default or not node.users:
             graph.erase_node(node)
     graph.eliminate_dead_code()

@@ -58,7 +58,7 @@ def register_pytree_names(names: list[str]) -> None:
         cls = _resolve(name)  # importing a ModelOutput's module registers it (transformers does that itself)
         if name in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE:
             continue
-        from exporters.exporter_dynamo import register_walked_type
+        from exporters.cache_pytree import register_walked_type
 
         register_walked_type(cls)
         if name not in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE:

@@ -166,8 +166,9 @@ class _DimNamer:
 
 def map_traced_constants(spec: pytree.TreeSpec, function: Callable[[TracedInt], TracedInt]) -> pytree.TreeSpec:
     """``spec`` with ``function`` applied to every ``TracedInt`` of a walked type's context
-    (``[(attribute, value), …]``); ``spec`` itself when it holds none. The manifest writer names their
-    expressions; the loader evaluates them at each call's sizes."""
+    (``[(attribute, value), …]``, also inside a value's lists, tuples and dicts, such as DeepSeek-V4's
+    ``entry_count``); ``spec`` itself when it holds none. The manifest writer names their expressions; the
+    loader evaluates them at each call's sizes."""
     if spec.is_leaf():
         return spec
     old_children = spec.children()
@@ -177,12 +178,30 @@ def map_traced_constants(spec: pytree.TreeSpec, function: Callable[[TracedInt], 
     if not traced and all(new is old for new, old in zip(children, old_children)):
         return spec
     if traced:
-        context = [(item[0], function(item[1])) if _is_traced(item) else item for item in context]
+        context = [(item[0], _mapped(item[1], function)) if _is_traced(item) else item for item in context]
     return pytree.TreeSpec(spec.type, context, children)
 
 
 def _is_traced(item: Any) -> bool:
-    return isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], TracedInt)
+    return isinstance(item, tuple) and len(item) == 2 and _holds_traced(item[1])
+
+
+def _holds_traced(value: Any) -> bool:
+    if isinstance(value, TracedInt):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_traced(v) for v in value.values())
+    return type(value) in (list, tuple) and any(_holds_traced(v) for v in value)
+
+
+def _mapped(value: Any, function: Callable[[TracedInt], TracedInt]) -> Any:
+    if isinstance(value, TracedInt):
+        return function(value)
+    if isinstance(value, dict):
+        return {k: _mapped(v, function) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_mapped(v, function) for v in value)
+    return value
 
 
 _CONSTANT_TYPES = (int, float, bool, str, type(None))

@@ -43,6 +43,7 @@ __all__ = [
     "HitLog",
     "Workaround",
     "WorkaroundError",
+    "active_disabled",
     "all_workarounds",
     "apply_fx_node_fixes",
     "apply_fx_program_fixes",
@@ -66,7 +67,7 @@ class Workaround:
     """One registered workaround and its lifecycle metadata."""
 
     name: str
-    kind: str  # "patch" | "fx_node_fix" | "fx_program_fix" | "onnx_translation" | "ir_fix"
+    kind: str  # "patch" | "fx_node_fix" | "fx_program_fix" | "onnx_translation" | "ir_fix" | "pytree_rule"
     backend: str
     func: Callable[..., Any] = field(repr=False, compare=False)
     targets: tuple[str, ...] = ()
@@ -346,7 +347,9 @@ def installed_patches(backend: str, disabled: frozenset[str] = frozenset()) -> I
 
 
 # ── Applying FX fixes ──
-def _active_disabled() -> frozenset[str]:
+def active_disabled() -> frozenset[str]:
+    """The workarounds the tracked export runs without (empty outside an export): for workarounds applied from
+    inside a stage, such as the dynamo stage's pytree rules, rather than installed around it."""
     return _ACTIVE_HITS[-1].disabled if _ACTIVE_HITS else frozenset()
 
 
@@ -356,7 +359,7 @@ def apply_fx_node_fixes(graph_module: Any, backend: str) -> int:
     Fixes disabled for the tracked export are skipped. Returns how many nodes were rewritten; dead code is
     eliminated and the module recompiled after.
     """
-    disabled = _active_disabled()
+    disabled = active_disabled()
     fixes = [w for w in _FX_NODE_FIXES.get(backend, []) if w.name not in disabled]
     if not fixes:
         return 0
@@ -375,7 +378,7 @@ def apply_fx_node_fixes(graph_module: Any, backend: str) -> int:
 
 def apply_fx_program_fixes(program: Any, backend: str) -> None:
     """Run the whole-program fixes of ``backend`` in registration order (disabled ones skipped)."""
-    disabled = _active_disabled()
+    disabled = active_disabled()
     for fix in _FX_PROGRAM_FIXES.get(backend, []):
         if fix.name not in disabled and fix.func(program):
             record_hit(fix.name)

@@ -408,7 +408,7 @@ def test_a_traced_constant_survives_copies_and_saving_and_says_why_it_differs():
 
     from exporters.base import structure_difference
     from exporters.bundle import TracedInt
-    from exporters.exporter_dynamo import _dumpable_context, _loaded_context
+    from exporters.cache_pytree import _dumpable_context, _loaded_context
 
     traced = TracedInt(8, "sequence")
     assert traced == 8 and hash(traced) == hash(8)

@@ -149,6 +149,36 @@ def test_onnx_needs_complex_rotary_as_real_pairs():
         OnnxExporter(without).export(model, inputs)
 
 
+class ComplexRotaryBuffer(torch.nn.Module):
+    """Llama 4's vision rotary: a complex table precomputed with ``view_as_complex`` and kept as a buffer
+    (Llama4VisionRotaryEmbedding.freqs_ci), returned by a module and multiplied into complex query pairs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 16)
+        angles = torch.arange(6, dtype=torch.float)[:, None] * torch.linspace(0.1, 1.0, 4)
+        self.freqs_ci = torch.nn.Buffer(torch.view_as_complex(torch.stack([angles.cos(), angles.sin()], -1)),
+                                        persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        query = self.proj(x).view(*x.shape[:2], 2, 8)
+        query_ = torch.view_as_complex(query.float().reshape(*query.shape[:-1], -1, 2))
+        return torch.view_as_real(query_ * self.freqs_ci[None, :, None, :]).flatten(3).type_as(x)
+
+
+def test_onnx_needs_a_complex_rotary_buffer_as_real_pairs():
+    model, inputs = ComplexRotaryBuffer(), {"x": rotary_inputs()["x"]}
+    program = DynamoExporter(DynamoConfig()).export_program(model, dict(inputs), StageClock({}))
+    assert split_complex_arithmetic(program.graph_module) == 0  # without the program its buffer stays complex
+    fixed = OnnxExporter(OnnxConfig()).export(model, inputs, validate=True)
+    assert fixed.metadata.workarounds_fired["_fix_complex_rotary_for_onnx"] == 1
+    assert fixed.validation.status == "pass", fixed.validation.problems()
+    assert model.freqs_ci.is_complex()  # the model's own buffer is untouched
+    without = OnnxConfig(without=frozenset({"_fix_complex_rotary_for_onnx"}))
+    with pytest.raises(Exception, match=r"complex"):
+        OnnxExporter(without).export(model, inputs)
+
+
 def test_executorch_needs_complex_rotary_as_real_pairs():
     model, inputs = ComplexRotary(), rotary_inputs()
     fixed = ExecutorchExporter(ExecutorchConfig()).export(model, inputs, validate=True)
