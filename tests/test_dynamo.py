@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from exporters import exporter_dynamo
+from exporters import cache_pytree, exporter_dynamo
 from exporters.base import StageClock
 from exporters.exporter_dynamo import DynamoConfig, DynamoExporter
 from exporters.tiny import build_tiny
@@ -247,7 +247,7 @@ def test_stage3_dynamic_contexts_hold_no_symint_so_programs_copy_and_save(tmp_pa
 
 
 def test_stage3_concrete_contexts_are_needed(monkeypatch):
-    monkeypatch.setattr(exporter_dynamo, "_concrete", lambda value: value)
+    monkeypatch.setattr(cache_pytree, "_concrete", lambda value: value)
     tiny = build_tiny("Gemma2ForCausalLM")
     program = DynamoExporter(DynamoConfig(dynamic=True)).export_program(tiny.model, tiny.inputs, StageClock({}))
     assert "DynamicSlidingWindowLayer.cumulative_length" in _symbolic_contexts(program)
