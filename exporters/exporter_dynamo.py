@@ -294,10 +294,14 @@ def _moved_inputs(
 
 
 def _passes(guards: torch.nn.Module, candidate: Mapping[str, Any]) -> bool:
-    """Whether ``candidate`` passes the program's input guards (the check its ``module()`` runs first)."""
+    """Whether ``candidate`` passes the program's input guards (the check its ``module()`` runs first).
+
+    A guard can also fail by arithmetic: Gemma 4's vision pooler guards on a size divided by another that is 0
+    for some candidates (``ZeroDivisionError`` in ``_guards_fn``), which rejects the candidate all the same.
+    """
     try:
         guards(*pytree.tree_leaves(list(candidate.values())))
-    except AssertionError:
+    except (AssertionError, ArithmeticError):
         return False
     return True
 

@@ -298,3 +298,14 @@ def test_second_shape_respects_the_programs_guards():
     second = exporter_dynamo.second_shape_inputs(result.artifact, {"x": torch.randn(2, 8)})
     assert second["x"].shape == (3, 12)  # batch + 1; width to the next multiple of 4, not 9
     result.artifact.module()(**second)  # passes the guards
+
+
+def test_a_guard_that_divides_by_zero_rejects_the_candidate():
+    """Gemma4VisionModel's guards raised ZeroDivisionError for a candidate second shape, which ended the export
+    instead of moving on to the next candidate (sweeps/causes.toml second-shape-guard-zero-division)."""
+
+    def guards(x):
+        return 8 // (x.shape[1] - 12)  # the guard's arithmetic, not an assertion, rejects width 12
+
+    assert exporter_dynamo._passes(guards, {"x": torch.zeros(2, 8)})
+    assert not exporter_dynamo._passes(guards, {"x": torch.zeros(2, 12)})
