@@ -109,6 +109,15 @@ def test_without_the_child_rule_the_empty_cache_is_an_unsavable_constant(tmp_pat
         saved_and_loaded(result, tmp_path)
 
 
+def test_without_its_none_constants_the_empty_cache_has_none_leaves(monkeypatch):
+    """The rule's second half: an empty layer's ``keys = None`` (a child attribute, since the self-attention
+    layers hold tensors there) stays a constant; as a None leaf the bundle cannot describe its outputs."""
+    whole = cache_pytree._empty_caches_as_subtrees
+    monkeypatch.setattr(cache_pytree, "_empty_caches_as_subtrees", lambda case: None if case[1] else whole(case))
+    with pytest.raises(ValueError, match="the program returns non-tensor leaves"):
+        export(SelfAttentionOnly(), kv())
+
+
 # ── A DummyLayer: Nemotron 3.5 Transcribe's layers without attention ──
 class WithDummyLayer(torch.nn.Module):
     def forward(self, x: torch.Tensor):
