@@ -77,9 +77,7 @@ def _flatten_to_context(obj: Any) -> tuple[list[Any], list[tuple[str, Any]]]:
     children: list[Any] = []
     context: list[tuple[str, Any]] = []
     for name, value in vars(obj).items():
-        child = name in known or _holds_tensors(value)
-        if _apply_rule(_empty_caches_as_subtrees, (value, child)):
-            child = not child
+        child = name in known or _holds_tensors(value) or bool(_apply_rule(_empty_caches_as_subtrees, value))
         if child:
             known.add(name)
             children.append(value)
@@ -186,19 +184,17 @@ def _class_by_import_path(value: type) -> ClassConstant | None:
 
 
 @register_pytree_rule(dependency="transformers")
-def _empty_caches_as_subtrees(case: tuple[Any, bool]) -> bool | None:
-    """Flatten an empty cache or cache layer to a subtree without leaves; True where that changes ``case``.
+def _empty_caches_as_subtrees(value: Any) -> bool | None:
+    """Flatten an attribute holding a cache or cache layer as a child, even while it holds no tensor.
 
-    ``case`` is an attribute's value and whether the plain walk makes it a child. Musicgen Melody's decoder
-    makes ``EncoderDecoderCache(DynamicCache(config), DynamicCache(config))`` (modeling_musicgen_melody.py:482)
-    but has no cross-attention, so the cross-attention cache keeps its pre-created layers empty. As a
-    tensor-free attribute it became a constant of the output spec, which cannot be saved (``cannot save a
-    DynamicCache constant in a pytree context``) and would freeze the empty cache into the program. So an
-    attribute holding an instance of a walked type (in lists, tuples or dicts too) is a child, and an empty
-    layer's ``keys = None``, which another layer's tensors made a child attribute, is a constant: as a child
-    it would be a None leaf, and a bundle's outputs must all be tensors.
+    Asked for the attributes the plain walk would put in the context; True when ``value`` is, or holds in
+    lists, tuples or dicts, an instance of a walked type. Musicgen Melody's decoder makes
+    ``EncoderDecoderCache(DynamicCache(config), DynamicCache(config))`` (modeling_musicgen_melody.py:482) but has
+    no cross-attention, so the cross-attention cache keeps its pre-created layers empty. As a tensor-free
+    attribute it became a constant of the output spec, which cannot be saved (``cannot save a DynamicCache
+    constant in a pytree context``) and would freeze the empty cache into the program; as a child it is a
+    subtree whose empty layers' ``keys = None`` are constant outputs (exporters/signature.py records those).
     """
-    value, child = case
 
     def walked(item: Any, depth: int = 0) -> bool:
         if type(item) in _WALKED_TYPES:
@@ -211,11 +207,7 @@ def _empty_caches_as_subtrees(case: tuple[Any, bool]) -> bool | None:
             return any(walked(v, depth + 1) for v in item.values())
         return False
 
-    if child and value is None:
-        return True
-    if not child and walked(value):
-        return True
-    return None
+    return True if walked(value) else None
 
 
 def _unflatten_from_context(cls: type, children: list[Any], context: list[tuple[str, Any]]) -> Any:

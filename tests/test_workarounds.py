@@ -53,7 +53,6 @@ COVERAGE: dict[str, list[str]] = {
     "_empty_caches_as_subtrees": [
         "test_cache_pytree.py::test_an_empty_cache_flattens_to_a_subtree_without_leaves",
         "test_cache_pytree.py::test_without_the_child_rule_the_empty_cache_is_an_unsavable_constant",
-        "test_cache_pytree.py::test_without_its_none_constants_the_empty_cache_has_none_leaves",
     ],
     "_layer_types_of_cache_maps": [
         "test_cache_pytree.py::test_dummy_layers_are_registered_from_the_layer_type_maps",
