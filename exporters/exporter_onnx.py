@@ -26,6 +26,7 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
+from exporters import onnx_folding  # noqa: F401  (registers the onnxscript constant-folder patches)
 from exporters.base import ExportResult, config_as_dict, start_export
 from exporters.bundle import RUNTIMES, ComponentSpec
 from exporters.exporter_dynamo import DynamoConfig, DynamoExporter, describe_export, second_shape_inputs
