@@ -302,7 +302,8 @@ def _patch_exact_zero_in_no_op_rules(original: Callable) -> Callable:
     ``rsqrt(variance + 1e-8)`` lost its epsilon and became ``Reciprocal(Sqrt(variance))``, infinite for an
     all-zero row (a ``padding_idx`` embedding, which stays zero in training too), and the NaN reached every
     later position of a left-padded row. A zero pattern constant gets ``abs_tol`` 0 here; other constants
-    (``x * 1``, ``x / 1``) keep their tolerance, which an epsilon cannot meet.
+    (``x * 1``, ``x / 1``) keep their tolerance, which an epsilon cannot meet. No upstream issue found; draft
+    with reproducer: docs/upstream-drafts/_patch_exact_zero_in_no_op_rules.md.
     """
     from onnxscript.rewriter._pattern_ir import Constant
 
