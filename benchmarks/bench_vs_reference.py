@@ -31,8 +31,14 @@ Runtime (``--threads`` intra-op threads, 1 by default) / the ExecuTorch runtime,
 ABBA. On a loaded machine the median measures the scheduler (at load 10 on 2 cores a 4 ms BERT call has a
 16 ms median, and one side's median came out 1.16x the other's with equal kernels), so ONNX rows also give
 ``kernel_ms``: ONNX Runtime's profiler, each node's fastest run summed; ``ours_vs_reference_kernel`` and
-``_fastest`` are the load-robust ratios. For ``.pte`` files the share of graph nodes delegated to XNNPACK is
-reported for both.
+``_fastest`` are the load-robust ratios. ``.pte`` rows get the same from the ExecuTorch runtime's ETDump
+(XNNPACK's per-operator events inside the delegates plus the portable kernels, each event's fastest run
+summed), ``execute_ms`` (the fastest ``Method::execute``) and ``cpu_ms`` (median thread CPU time of a call;
+``--threads`` also sizes XNNPACK's threadpool, and with 1 thread a call's work is all on the calling thread),
+plus the share of graph nodes delegated to XNNPACK for both.
+
+``--update`` keeps the rows of ``--out`` that a narrowed run does not measure (each row records when and with
+which arguments it was measured), so one file stays the one truth per figure.
 """
 
 from __future__ import annotations
@@ -330,6 +336,10 @@ def time_artifacts(backend: str, artifacts: dict[str, str], inputs_file: Path, c
     import torch
 
     inputs = torch.load(inputs_file)
+    if backend == "executorch" and threads > 0:
+        from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+
+        _unsafe_reset_threadpool(threads)  # XNNPACK's threadpool, shared by every program in this process
     runners = {}
     for path, file in artifacts.items():
         if backend == "onnx":
@@ -353,9 +363,9 @@ def time_artifacts(backend: str, artifacts: dict[str, str], inputs_file: Path, c
             timings[path].append(time.perf_counter() - start)
     result = {path: {"ms_per_call": round(statistics.median(values) * 1000, 3),
                      "fastest_ms": round(min(values) * 1000, 3)} for path, values in timings.items()}  # fmt: skip
-    if backend == "onnx":
-        for path, kernel in _ort_kernel_ms(artifacts, inputs, calls).items():
-            result[path] |= kernel
+    kernels = _ort_kernel_ms(artifacts, inputs, calls) if backend == "onnx" else _pte_kernel_ms(artifacts, inputs, calls)
+    for path, kernel in kernels.items():
+        result[path] |= kernel
     return result
 
 
@@ -396,6 +406,53 @@ def _ort_kernel_ms(artifacts: dict[str, str], inputs: dict[str, Any], calls: int
     return result
 
 
+def _pte_kernel_ms(artifacts: dict[str, str], inputs: dict[str, Any], calls: int) -> dict[str, dict[str, Any]]:
+    """The ExecuTorch twin of ``_ort_kernel_ms``: each program loaded with ETDump on, runs alternated, then per
+    profiled event its fastest run, summed. The events are the XNNPACK delegates' own operators (the pip
+    runtime is built with XNNPACK's profiler) and the portable kernels (``native_call_*``); ``execute_ms`` is
+    the fastest ``Method::execute``, the whole call inside the runtime. ``cpu_ms`` is the median thread CPU
+    time of a call, which with one XNNPACK thread (``--threads 1``) is all of its work and no waiting."""
+    import torch
+    from executorch.devtools import Inspector
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    flat = tuple(v for v in inputs.values() if isinstance(v, torch.Tensor))
+    buffers = {path: Path(file).read_bytes() for path, file in artifacts.items()}  # the module reads from them
+    modules = {path: _load_for_executorch_from_buffer(buffer, enable_etdump=True) for path, buffer in buffers.items()}
+    cpu: dict[str, list[float]] = {path: [] for path in modules}
+    for call in range(calls):
+        for path, module in modules.items() if call % 2 == 0 else list(modules.items())[::-1]:
+            start = time.thread_time()
+            module.run_method("forward", flat)
+            cpu[path].append(time.thread_time() - start)
+    result = {}
+    with tempfile.TemporaryDirectory(prefix="bench-etdump-") as scratch:
+        for path, module in modules.items():
+            dump = f"{scratch}/{path}.etdp"
+            module.write_etdump_result_to_file(dump)
+            kernel = delegated = execute = 0.0
+            by_op: dict[str, float] = {}
+            for block in Inspector(etdump_path=dump).event_blocks:
+                if block.name != "Execute":
+                    continue
+                for event in block.events:
+                    if event.perf_data is None:
+                        continue
+                    fastest = min(event.perf_data.raw)  # ms
+                    if event.name == "Method::execute":
+                        execute = fastest
+                    elif event.is_delegated_op or event.name.startswith("native_call_"):
+                        op = event.name.split(" #")[0].removeprefix("native_call_")
+                        by_op[op] = by_op.get(op, 0.0) + fastest
+                        kernel += fastest
+                        delegated += fastest if event.is_delegated_op else 0.0
+            result[path] = {"kernel_ms": round(kernel, 3), "delegated_kernel_ms": round(delegated, 3),
+                            "execute_ms": round(execute, 3), "cpu_ms": round(statistics.median(cpu[path]) * 1000, 3),
+                            "kernel_ms_by_op": {op: round(ms, 4) for op, ms in
+                                                sorted(by_op.items(), key=lambda item: -item[1])[:15]}}  # fmt: skip
+    return result
+
+
 def latency(backends: list[str], models: list[str], calls: int, threads: int) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as scratch:
@@ -421,7 +478,8 @@ def latency(backends: list[str], models: list[str], calls: int, threads: int) ->
                         row["error"] = timed["error"]
                     for path in artifacts:
                         row[path] |= timed.get(path, {})
-                    for key, figure in (("ms_per_call", "median"), ("fastest_ms", "fastest"), ("kernel_ms", "kernel")):
+                    for key, figure in (("ms_per_call", "median"), ("fastest_ms", "fastest"), ("kernel_ms", "kernel"),
+                                        ("execute_ms", "execute"), ("cpu_ms", "cpu")):
                         ours, reference = row.get("ours", {}).get(key), row.get("reference", {}).get(key)
                         if ours and reference:
                             row[f"ours_vs_reference_{figure}"] = round(ours / reference, 3)
@@ -442,8 +500,11 @@ def main() -> None:
     parser.add_argument("--latency", action="store_true", help="measure the exported models' per-call latency")
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1,
-                        help="ONNX Runtime intra-op threads for --latency (1: stable on a shared machine; 0: all cores)")
+                        help="ONNX Runtime intra-op threads / XNNPACK threadpool size for --latency "
+                             "(1: stable on a shared machine; 0: the runtime's default)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--update", action="store_true",
+                        help="keep the rows of --out this run does not measure (replace only the rows it ran)")
     args = parser.parse_args()
     if args.child:
         print(RESULT_PREFIX + json.dumps(child(*args.child)), flush=True)
@@ -458,27 +519,41 @@ def main() -> None:
         timed = time_artifacts(backend, json.loads(artifacts), Path(inputs_file), int(calls), int(threads))
         print(RESULT_PREFIX + json.dumps(timed), flush=True)
         return
+    measured = {"utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "command": " ".join(sys.argv[1:])}
     if args.latency:
         out = args.out or RESULTS / "vs_reference_latency.json"
-        rows = latency(args.backends, args.models, args.calls, args.threads)
+        rows = [row | {"calls": args.calls, "threads": args.threads, "measured": measured}
+                for row in latency(args.backends, args.models, args.calls, args.threads)]  # fmt: skip
         data: dict[str, Any] = {"calls": args.calls, "onnx_threads": args.threads, "rows": rows}
+        _write(out, data, args.update, ("backend", "model"))
     else:
         out = args.out or RESULTS / "vs_reference.json"
         rows: list[dict[str, Any]] = []
         for backend in args.backends:
             for mode in args.modes:
                 for name in args.models:
-                    rows.append(measure(backend, mode, name, args.repeat))
-                    data = {"repeat": args.repeat, "nproc": os.cpu_count(), "rows": rows, "summary": summarize(rows)}
-                    _write(out, data)  # after every row: a stopped run keeps what it measured
+                    rows.append(measure(backend, mode, name, args.repeat) | {"repeat": args.repeat, "measured": measured})
+                    data = {"repeat": args.repeat, "nproc": os.cpu_count(), "rows": rows}
+                    # after every row: a stopped run keeps what it measured
+                    data = _write(out, data, args.update, ("backend", "mode", "model"))
         print(table(rows))
         print(json.dumps(data["summary"], indent=2))
-    _write(out, data)
 
 
-def _write(out: Path, data: dict[str, Any]) -> None:
+def _write(out: Path, data: dict[str, Any], update: bool, key: tuple[str, ...]) -> dict[str, Any]:
+    """Write ``data``; with ``update``, into the rows already in ``out``: a measured row replaces the one with
+    its ``key`` in place, the others stay, and the file's other fields too (each row says when and how it was
+    measured). Export-time files get their summary recomputed over all rows."""
+    if update and out.is_file():
+        old = json.loads(out.read_text())
+        fresh = {tuple(row[k] for k in key): row for row in data["rows"]}
+        rows = [fresh.pop(tuple(row[k] for k in key), row) for row in old["rows"]] + list(fresh.values())
+        data = old | {"rows": rows}
+    if "mode" in key:
+        data["summary"] = summarize(data["rows"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2) + "\n")
+    return data
 
 
 if __name__ == "__main__":

@@ -159,7 +159,9 @@ class ExportResult:
     ``component`` describes the artifact for the bundle manifest (inputs, outputs, specs, named dims);
     ``save_artifact`` writes the file into a directory; ``run_artifact`` runs the in-memory artifact (kept
     for quick experiments and the benchmark baseline; validation never uses it, see ``validate``);
-    ``second_inputs`` (dynamic exports only) holds inputs of another batch/sequence size.
+    ``second_inputs`` (dynamic exports only) holds inputs of another batch/sequence size; the exporter gives
+    ``make_second_inputs`` and the inputs are made on first read (validation, ``save``), booked then as the
+    ``second-shape inputs`` stage: an export nobody validates does not pay for them (~1 % of an export call).
     """
 
     artifact: Any
@@ -171,9 +173,25 @@ class ExportResult:
     component: ComponentSpec = field(repr=False)
     atol: float = 1e-4
     rtol: float = 1e-4
-    second_inputs: dict[str, Any] | None = field(default=None, repr=False)
+    make_second_inputs: Callable[[], dict[str, Any] | None] | None = field(default=None, repr=False)
     program: Any = field(default=None, repr=False)  # the torch.export program the artifact came from
     validation: ValidationReport | None = None
+    _second_inputs: dict[str, Any] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def second_inputs(self) -> dict[str, Any] | None:
+        """Inputs of another batch/sequence size, or None (a static program); made once, on first read."""
+        if self.make_second_inputs is not None:
+            started = time.perf_counter()
+            self._second_inputs = self.make_second_inputs()
+            self.make_second_inputs = None
+            _add_stage(self.metadata.stage_seconds, "second-shape inputs", time.perf_counter() - started)
+        return self._second_inputs
+
+    @second_inputs.setter
+    def second_inputs(self, value: dict[str, Any] | None) -> None:
+        self.make_second_inputs = None
+        self._second_inputs = value
 
     def validated_if(self, validate: bool) -> ExportResult:
         """Itself, validated first when ``validate`` (the ``export(..., validate=True)`` of every exporter)."""

@@ -87,8 +87,6 @@ class DynamoExporter:
         with clock("metadata"):
             metadata = describe_export(self.backend, model, inputs, program, self.config, run)
             component = describe_component(program, inputs, "model.pt2", RUNTIMES["dynamo"])
-        with clock("second-shape inputs"):
-            second_inputs = second_shape_inputs(program, inputs) if self.config.dynamic else None
         run.finish()
         return ExportResult(
             artifact=program,
@@ -101,7 +99,7 @@ class DynamoExporter:
             program=program,
             atol=self.config.atol,
             rtol=self.config.rtol,
-            second_inputs=second_inputs,
+            make_second_inputs=(lambda: second_shape_inputs(program, inputs)) if self.config.dynamic else None,
         ).validated_if(validate)
 
     def export_program(self, model: torch.nn.Module, inputs: dict[str, Any], clock: StageClock) -> ExportedProgram:

@@ -176,8 +176,6 @@ class ExecutorchExporter:
                 "dynamic dims are bounded (dynamic_dims max): the runtime rejects larger inputs and plans memory "
                 "for the maxima; a min of 2 is torch.export's 0/1 specialisation, size 1 is not covered by guards"
             )
-        with clock("second-shape inputs"):
-            second_inputs = second_shape_inputs(program, inputs)
         run.finish()
         return ExportResult(
             artifact=lowered,
@@ -190,7 +188,7 @@ class ExecutorchExporter:
             program=program,
             atol=config.atol,
             rtol=config.rtol,
-            second_inputs=second_inputs,
+            make_second_inputs=lambda: second_shape_inputs(program, inputs),
         ).validated_if(validate)
 
     def _dynamic_shapes(self, inputs: Mapping[str, Any]) -> Any:

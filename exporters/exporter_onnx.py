@@ -119,8 +119,6 @@ class OnnxExporter:
             apply_ir_fixes(onnx_program.model, self.config.without)
         metadata.workarounds_fired = dict(sorted(run.hits.counts.items()))
         session = functools.cache(lambda: _session(onnx_program.model))  # only validation pays for it
-        with clock("second-shape inputs"):
-            second_inputs = second_shape_inputs(program, inputs) if self.config.dynamic else None
         run.finish()
         return ExportResult(
             artifact=onnx_program.model,
@@ -133,7 +131,7 @@ class OnnxExporter:
             program=program,
             atol=self.config.atol,
             rtol=self.config.rtol,
-            second_inputs=second_inputs,
+            make_second_inputs=(lambda: second_shape_inputs(program, inputs)) if self.config.dynamic else None,
         ).validated_if(validate)
 
 

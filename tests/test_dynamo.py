@@ -130,6 +130,22 @@ def test_stage4_is_needed(monkeypatch, tiny_llama):
     assert result.metadata.dynamic_dims == {}
 
 
+def test_second_shape_inputs_are_made_only_when_read(monkeypatch):
+    """An export that is not validated does not pay for the second-shape inputs; the first read makes them
+    once, books their time in ``stage_seconds`` (and in ``total``), and validation uses them."""
+    made = []
+    real = exporter_dynamo.second_shape_inputs
+    monkeypatch.setattr(exporter_dynamo, "second_shape_inputs", lambda *a: made.append(1) or real(*a))
+    result = DynamoExporter(DynamoConfig(dynamic=True)).export(KwargsOnly(), {"x": torch.randn(3, 4), "y": torch.randn(3, 4)})
+    seconds = result.metadata.stage_seconds
+    assert made == [] and "second-shape inputs" not in seconds
+    total = seconds["total"]
+    assert result.second_inputs["x"].shape[0] != 3
+    assert made == [1] and seconds["total"] == pytest.approx(total + seconds["second-shape inputs"], abs=2e-4)
+    report = result.validate()
+    assert made == [1] and [s.label for s in report.shapes] == ["sample shape", "second shape"]
+
+
 def test_validation_catches_a_wrong_artifact(monkeypatch, tiny_llama):
     """Validation runs the file loaded back from disk: a runner whose first output is off must fail it."""
     from exporters import runners
