@@ -151,6 +151,34 @@ def _without_upstream() -> list[Workaround]:
     return [workaround for workaround in all_workarounds() if not workaround.upstream]
 
 
+UPSTREAM_DRAFTS = Path(__file__).resolve().parents[1] / "docs" / "upstream-drafts"
+
+
+def upstream_draft(workaround: Workaround) -> Path | None:
+    """The ready-to-file issue draft for a workaround without ``upstream`` (docs/upstream-drafts/README.md):
+    ``<name>.md``, or the draft whose index row names the workaround (``_aten_cummax.md`` also covers
+    ``_aten_cummin``). A maintainer files the drafts; a workaround with neither URL nor draft is the one that
+    still needs someone to find or write its upstream report."""
+    own = UPSTREAM_DRAFTS / f"{workaround.name}.md"
+    if own.is_file():
+        return own
+    index = UPSTREAM_DRAFTS / "README.md"
+    rows = index.read_text().splitlines() if index.is_file() else []
+    for row in rows:
+        if f"`{workaround.name}`" in row and "](" in row:
+            linked = UPSTREAM_DRAFTS / row.split("](", 1)[1].split(")", 1)[0]
+            if linked.is_file():
+                return linked
+    return None
+
+
+def _draft_display(draft: Path) -> str:
+    try:
+        return str(draft.relative_to(Path.cwd()))
+    except ValueError:
+        return str(draft)
+
+
 def _workaround_messages() -> list[LintMessage]:
     """Errors for patch targets that do not resolve; a warning per workaround without ``upstream``."""
     messages = _import_exporter_modules()
@@ -166,13 +194,15 @@ def _workaround_messages() -> list[LintMessage]:
         )
     for workaround in _without_upstream():
         path, line = _source(workaround)
+        draft = upstream_draft(workaround)
+        where = f"a draft to file is {_draft_display(draft)}" if draft else f"and no draft in {UPSTREAM_DRAFTS.name}/"
         messages.append(
             LintMessage(
                 path,
                 line,
                 "warning",
                 f"workaround {workaround.name!r} ({workaround.kind}, {workaround.backend}) has no upstream "
-                "issue URL, so the bot cannot tell when it may go",
+                f"issue URL, so the bot cannot tell when it may go; {where}",
             )
         )
     return messages
@@ -235,6 +265,9 @@ def lint_command(registry_dir: Path | None, check_classes: bool, check_workaroun
     errors = sum(message.severity == "error" for message in messages)
     summary = f"lint: {_plural(errors, 'error')}, {_plural(len(messages) - errors, 'warning')}"
     if check_workarounds:
-        summary += f"; {len(_without_upstream())} of {len(all_workarounds())} registered workarounds have no upstream URL"
+        untracked = _without_upstream()
+        drafted = sum(upstream_draft(workaround) is not None for workaround in untracked)
+        summary += (f"; {len(untracked)} of {len(all_workarounds())} registered workarounds have no upstream URL"
+                    f" ({drafted} with a draft to file)")
     click.echo(summary)
     click.get_current_context().exit(EXIT_FAILED if errors else EXIT_OK)

@@ -8,6 +8,7 @@ import pytest
 import transformers
 from click.testing import CliRunner
 
+import bot.lint as lint_module
 import exporters
 from bot.lint import LintMessage, lint, lint_command
 from exporters import utils
@@ -390,9 +391,25 @@ def test_workaround_rules(tmp_path: Path) -> None:
         f"tests/test_lint.py:{def_line('broken_factory')}: workaround 'broken_factory' (onnx): patch target "
         "'json.no_such_function_for_lint' does not resolve: module 'json' has no attribute 'no_such_function_for_lint'",
         f"tests/test_lint.py:{def_line('untracked_factory')}: warning: workaround 'untracked_factory' (patch, dynamo) "
-        "has no upstream issue URL, so the bot cannot tell when it may go",
+        "has no upstream issue URL, so the bot cannot tell when it may go; and no draft in upstream-drafts/",
     ]
     assert [m.severity for m in messages] == ["error", "warning"]
+
+
+@pytest.mark.usefixtures("fresh_workarounds")
+def test_workaround_without_upstream_names_its_draft(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    drafts = tmp_path / "upstream-drafts"
+    drafts.mkdir()
+    (drafts / "untracked_factory.md").write_text("# title\n")
+    (drafts / "shared.md").write_text("# title\n")
+    (drafts / "README.md").write_text("| [`shared.md`](shared.md) (also `tracked_factory`) | repo | file |\n")
+    monkeypatch.setattr(lint_module, "UPSTREAM_DRAFTS", drafts)
+    utils.register_patch("dynamo", "json.dumps")(untracked_factory)
+    utils.register_patch("dynamo", "json.loads")(tracked_factory)
+    utils.register_patch("dynamo", "json.load")(broken_factory)
+    warnings = [m.message.split("; ", 1)[1] for m in lint(registry(tmp_path), check_classes=False)]
+    assert warnings == [f"a draft to file is {drafts / 'untracked_factory.md'}",
+                        f"a draft to file is {drafts / 'shared.md'}", "and no draft in upstream-drafts/"]
 
 
 def test_exporter_import_failure_points_at_failing_line(
@@ -449,5 +466,6 @@ def test_command_warnings_do_not_fail(tmp_path: Path) -> None:
     )
     code, lines = invoke("--registry", str(registry(tmp_path)), "--no-classes")
     assert code == 0
-    assert lines[-1] == "lint: 0 errors, 1 warning; 1 of 2 registered workarounds have no upstream URL"
+    assert lines[-1] == ("lint: 0 errors, 1 warning; 1 of 2 registered workarounds have no upstream URL "
+                         "(0 with a draft to file)")
     assert len(lines) == 2 and ": warning: workaround 'untracked_factory'" in lines[0]
