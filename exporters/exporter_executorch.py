@@ -44,6 +44,7 @@ from exporters.exporter_dynamo import (
 )
 from exporters.fx_rewrites import (
     count_histc_by_comparison,
+    drop_assertion_only_chain,
     drop_tensor_check,
     make_reshape_input_contiguous,
     spell_out_tanh_gelu,
@@ -522,6 +523,24 @@ def _fix_tensor_check_not_core_aten(graph_module: torch.fx.GraphModule, node: to
     twin, ``_aten_is_all_true``, only has to translate the op).
     """
     return drop_tensor_check(graph_module, node)
+
+
+@register_fx_node_fix("executorch", upstream="https://github.com/pytorch/pytorch/issues/158113", dependency="executorch")
+def _fix_unique_consecutive_check_not_core_aten(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Drop a ``unique_consecutive`` that only feeds runtime assertions: it is not in the Core ATen opset.
+
+    The BART-style sequence-classification heads (BART, mBART, PLBart, MVP, BigBirdPegasus, T5, mT5, UMT5)
+    check that every row has as many EOS tokens with ``torch_compilable_check(torch.unique_consecutive(
+    eos_mask.sum(1)).numel() == 1)``; traced, that is ``unique_consecutive`` → ``sym_size`` (unbacked) →
+    ``_assert_scalar``. ExecuTorch's edge verifier rejects the op (``Operator
+    torch._ops.aten.unique_consecutive.default is not in Core ATen opset``) although its own
+    ``RemoveGraphAssertsPass`` deletes the assertion, and with it the op's last use, in ``to_executorch``
+    anyway; torch.onnx drops the same assertion before translating. Only chains that end in assertions are
+    removed, so a ``unique_consecutive`` whose values the model uses still fails loudly.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten.unique_consecutive.default:
+        return False
+    return drop_assertion_only_chain(graph_module, node)
 
 
 @register_fx_node_fix(

@@ -127,6 +127,16 @@ def drop_tensor_check(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -
     """
     if node.op != "call_function" or node.target is not torch.ops.aten._is_all_true.default:
         return False
+    return drop_assertion_only_chain(graph_module, node)
+
+
+def drop_assertion_only_chain(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Remove ``node`` and everything computed from it when all of that ends in runtime assertions.
+
+    ``node``'s transitive users must be call_functions (getitems, ``sym_size``, comparisons) that end in
+    ``_assert_scalar``/``_assert_async`` nodes with no users: then the chain only checks the model's inputs and
+    computes no value. Returns True when it removed the chain, False when any of it feeds a real value.
+    """
     chain, frontier = [node], [node]
     while frontier:
         current = frontier.pop()

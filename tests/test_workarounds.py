@@ -40,6 +40,10 @@ COVERAGE: dict[str, list[str]] = {
         "test_catalogue_workarounds.py::test_tensor_check_removal_drops_only_the_assertion",
         "test_catalogue_workarounds.py::test_executorch_needs_tensor_checks_dropped",
     ],
+    "_fix_unique_consecutive_check_not_core_aten": [
+        "test_executorch_triage.py::test_unique_consecutive_check_removal_drops_only_the_assertion",
+        "test_executorch_triage.py::test_executorch_needs_the_unique_consecutive_check_dropped",
+    ],
     "_patch_moe_experts_batched_mm": ["test_catalogue_workarounds.py::test_executorch_runs_moe_experts_as_batched_mm"],
     "_fix_complex_rotary_for_onnx": [
         "test_catalogue_workarounds.py::test_complex_rewrite_keeps_the_values",
