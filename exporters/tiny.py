@@ -5,7 +5,8 @@ No hub access: the model's config class is instantiated with its defaults and sh
 Special cases are data (the tables in ``exporters.tiny_shrink``), not code paths.
 
 Outputs must be able to expose a wrong export: initialisers that make activations vanish (layer-scale
-factors of 1e-6, for example) are raised so that outputs are of order one. Validation still reports
+factors of 1e-6, for example) are raised so that outputs are of order one, and ``exporters.tiny_init``
+scales BatchNorm statistics and opens zero-initialised scales after building. Validation still reports
 any degenerate output as inconclusive.
 """
 
@@ -17,7 +18,8 @@ from typing import Any
 
 import torch
 
-from exporters.tiny_inputs import _vision, sample_inputs
+from exporters.tiny_init import fix_initialisation
+from exporters.tiny_inputs import _vision, noise_inputs, sample_inputs
 from exporters.tiny_masks import padded_mask, padding_side, resized_mask
 from exporters.tiny_shrink import (
     _LIST_WIDTH_FIELDS,
@@ -39,13 +41,14 @@ from exporters.tiny_shrink import (
     TinyModelError,
     _ints,
     _sub_configs,
+    default_config,
     model_class,
     shrink_config,
 )
 
 # Building lives here; the parts live in one module per job, data flowing one way (none imports this one):
 # exporters.tiny_shrink (sizes, config rules) → exporters.tiny_masks (padded masks)
-# → exporters.tiny_inputs (sample inputs) → this module (build_tiny).
+# → exporters.tiny_inputs (sample inputs) → exporters.tiny_init (initialisation fixes) → this module (build_tiny).
 __all__ = [
     "AUDIO_SAMPLES",
     "BATCH",
@@ -98,9 +101,9 @@ def build_tiny(
     cls = model_class(name)
     if config is not None:
         return _build(cls, config, seed, batch, sequence, image_size, overrides)
-    staged = _has_stage_widths(cls.config_class())
+    staged = _has_stage_widths(default_config(cls))
     try:
-        tiny = _build(cls, shrink_config(cls.config_class()), seed, batch, sequence, image_size, overrides)
+        tiny = _build(cls, shrink_config(default_config(cls)), seed, batch, sequence, image_size, overrides)
         if staged:
             _run_once(tiny)
         return tiny
@@ -109,7 +112,7 @@ def build_tiny(
             raise
         first = sys.exc_info()
     try:
-        wide = shrink_config(cls.config_class(), keep_stage_widths=True)
+        wide = shrink_config(default_config(cls), keep_stage_widths=True)
         return _build(cls, wide, seed, batch, sequence, image_size, overrides)
     except Exception:
         raise first[1].with_traceback(first[2]) from None  # the fully shrunk model's error is the one to fix
@@ -127,11 +130,35 @@ def _build(
                 setattr(target, field_name, value)
     torch.manual_seed(seed)
     model = cls(config).eval()
-    _break_router_ties(model, seed)
+    if _values_take_every_head(model):
+        torch.manual_seed(seed)
+        model = cls(config).eval()
     languages = getattr(config, "languages", None)
     if hasattr(model, "set_default_language") and languages:  # X-MOD routes through one adapter per language
         model.set_default_language(languages[0])
-    return _grown_to_fit(TinyModel(model, sample_inputs(model, batch=batch, sequence=sequence, seed=seed)), seed)
+    tiny = _grown_to_fit(TinyModel(model, sample_inputs(model, batch=batch, sequence=sequence, seed=seed)), seed)
+    tiny.inputs = noise_inputs(tiny.model, tiny.inputs, seed)
+    fix_initialisation(tiny.model, tiny.inputs, seed)
+    return tiny
+
+
+def _values_take_every_head(model: torch.nn.Module) -> bool:
+    """Turn grouped-query attention back into multi-head attention in (sub-)configs whose attention sizes
+    ``v_proj`` by the query heads and ``k_proj`` by the key-value heads (Nemotron 3 Diarization): eager SDPA
+    broadcasts k and v separately, but under export ``repeat_kv`` repeats both by the group size, so v ends up
+    with more heads than q. Their default configs are multi-head; only the shrinker made them grouped. True
+    when a config was changed (the model must be rebuilt)."""
+    changed = False
+    for module in model.modules():
+        keys, values, config = (getattr(module, n, None) for n in ("k_proj", "v_proj", "config"))
+        if not (isinstance(keys, torch.nn.Linear) and isinstance(values, torch.nn.Linear) and config is not None):
+            continue
+        heads, kv_heads = vars(config).get("num_attention_heads"), vars(config).get("num_key_value_heads")
+        if type(heads) is int and type(kv_heads) is int and kv_heads < heads \
+                and keys.out_features * heads == values.out_features * kv_heads:
+            config.num_key_value_heads = heads
+            changed = True
+    return changed
 
 
 # Errors of a convolution or pooling stack whose downsampling leaves nothing of a too-small image or clip.
@@ -178,16 +205,3 @@ def _run_once(tiny: TinyModel) -> None:
     with torch.no_grad():
         tiny.model(**tiny.inputs)
 
-
-def _break_router_ties(model: torch.nn.Module, seed: int) -> None:
-    """Randomise MoE router weights that the model initialises to zero (Afmoe's ``router.gate``).
-
-    With every router score equal, top-k picks experts by tie-breaking, which differs between eager and a
-    runtime (ONNX Runtime's TopK takes the lowest indices): the comparison would test tie-breaking, not
-    the export. Trained routers have no such ties.
-    """
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "router" in name and parameter.dim() == 2 and not parameter.any():
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)

@@ -152,6 +152,8 @@ def _make_embeds(name: str, config: Any, batch: int, sequence: int, generator: t
     if name == "context_hidden_states":  # speculative drafters: hidden states of several target-model layers
         layers = len(getattr(config, "target_layer_ids", None) or [0])
         return torch.randn(batch, sequence, hidden * layers, generator=generator)
+    if name == "attention_mask":  # a drafter's keys are the context's then the block's: the mask spans both
+        return padded_mask(batch, 2 * sequence, "left")
     return None
 
 
@@ -234,6 +236,8 @@ def sample_inputs(
     wanted.append(primary)
     if embedded:
         wanted += [p for p in _EMBEDDING_COMPANIONS if p in parameters]
+        if "context_hidden_states" in parameters and "attention_mask" in parameters:  # MuseGlimmer's drafter
+            wanted.append("attention_mask")  # (left out, export builds a mask over the block's keys only)
     if primary == "input_ids":
         wanted += [p for p in _COMPANIONS if p in parameters]
         visual = hasattr(config, "vision_config") or isinstance(getattr(config, "image_size", None), int)
@@ -321,3 +325,51 @@ def _place_tokens(input_ids: torch.Tensor, mask: torch.Tensor | None, token: int
 
 def _has_image_token(config: Any) -> bool:
     return any(hasattr(config, n) for n in ("image_token_id", "image_token_index"))
+
+
+# Random inputs a forward draws itself when they are not given (ViTMAE's masking noise, UnivNet's noise
+# sequence): eager would differ from itself and the graph would hold the draw.
+_NOISE_INPUTS = ("noise", "noise_sequence")
+_DRAWS = ("rand", "randn")
+
+
+def noise_inputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
+    """``inputs`` plus the noise input the forward takes, drawn once here: its shape, dtype and distribution
+    are those of the first ``torch.rand``/``torch.randn`` draw the forward makes without it, so no rule per
+    model says what shape a model's noise has. Unchanged when the forward takes no noise input, draws
+    nothing, or fails (its error shows at its own forward)."""
+    parameters = inspect.signature(model.forward).parameters
+    name = next((n for n in _NOISE_INPUTS if n in parameters and n not in inputs), None)
+    if name is None:
+        return inputs
+    drawn = _first_draw(model, inputs)
+    if drawn is None:
+        return inputs
+    draw, shape, dtype = drawn
+    generator = torch.Generator().manual_seed(seed)
+    return {**inputs, name: getattr(torch, draw)(shape, generator=generator, dtype=dtype)}
+
+
+def _first_draw(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> tuple[str, torch.Size, torch.dtype] | None:
+    originals = {name: getattr(torch, name) for name in _DRAWS}
+    drawn: list[tuple[str, torch.Size, torch.dtype]] = []
+
+    def recording(name: str) -> Any:
+        def draw(*args: Any, **kwargs: Any) -> torch.Tensor:
+            value = originals[name](*args, **kwargs)
+            drawn.append((name, value.shape, value.dtype))
+            return value
+
+        return draw
+
+    for name in _DRAWS:
+        setattr(torch, name, recording(name))
+    try:
+        with torch.no_grad():
+            model(**inputs)
+    except Exception:  # the model's own forward shows its error
+        return None
+    finally:
+        for name, function in originals.items():
+            setattr(torch, name, function)
+    return drawn[0] if drawn else None

@@ -40,6 +40,7 @@ _HEAD_FIELDS = (
 _LAYER_FIELDS = (
     "num_hidden_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers", "num_layers",
     "num_decoder_layers", "num_self_attends_per_block",
+    "num_encoder_layers",  # ProphetNet (its num_hidden_layers is a read-only alias of it)
 )
 _INTERMEDIATE_FIELDS = (
     "intermediate_size", "hidden_dim", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff",
@@ -67,9 +68,12 @@ _FIXED: dict[str, Any] = {
     "max_source_positions": lambda old: min(old, 16) if isinstance(old, int) else old,
     "max_target_positions": lambda old: min(old, 64) if isinstance(old, int) else old,
     "vocab_size": lambda old: min(old, VOCAB) if isinstance(old, int) else old,
+    # Gemma 3n / 4 per-layer embeddings read the same token ids: 262,144 rows were 1.6 GB of a "tiny" model.
+    "vocab_size_per_layer_input": lambda old: min(old, VOCAB) if isinstance(old, int) else old,
     "num_labels": lambda old: 3,
     "num_mel_bins": lambda old: 16 if isinstance(old, int) else old,
     "initializer_range": lambda old: 0.1 if isinstance(old, float) else old,
+    "init_std": lambda old: 0.1 if isinstance(old, float) else old,  # the same std under its other name (Bart, PatchTSMixer)
     "n_group": lambda old: 1 if isinstance(old, int) else old,
     "topk_group": lambda old: 1 if isinstance(old, int) else old,
     "n_shared_experts": lambda old: min(old, 1) if isinstance(old, int) else old,
@@ -93,6 +97,28 @@ def model_class(name: str) -> type:
     return cls
 
 
+def default_config(cls: type) -> Any:
+    """The default config of model class ``cls``, with a native backbone where the default one is timm's and
+    timm is not installed: DETR-family configs build a ``timm_backbone`` (resnet50) by default, and their
+    ``use_timm_backbone=False`` constructor knob gives the transformers ResNet (or Swin) instead."""
+    config = cls.config_class()
+    if not _uses_timm(config):
+        return config
+    from transformers.utils import is_timm_available
+
+    if is_timm_available():
+        return config
+    try:
+        native = cls.config_class(use_timm_backbone=False)
+    except Exception:  # no such knob: the model needs timm, and its build says so
+        return config
+    return config if _uses_timm(native) else native
+
+
+def _uses_timm(config: Any) -> bool:
+    return getattr(config, "model_type", None) == "timm_backbone" or any(_uses_timm(s) for _, s in _sub_configs(config))
+
+
 def shrink_config(config: Any, keep_stage_widths: bool = False) -> Any:
     """Shrink the generic size fields of ``config`` and of every nested sub-config, consistently.
 
@@ -103,6 +129,7 @@ def shrink_config(config: Any, keep_stage_widths: bool = False) -> Any:
     """
     import copy
 
+    tied = _sizes_before(config)
     for name, sub in _sub_configs(config):
         old_sizes = (vars(sub).get("patch_size"), _width(sub))
         setattr(config, name, shrink_config(sub, keep_stage_widths))
@@ -114,7 +141,85 @@ def shrink_config(config: Any, keep_stage_widths: bool = False) -> Any:
     if per_layer is not None:  # heterogeneous configs: every layer's overrides are shrunk by the same rules
         layers = next((vars(config)[f] for f in _LAYER_FIELDS if isinstance(vars(config).get(f), int)), 0)
         per_layer = {i: _shrunk_overrides(o) for i, o in per_layer.items() if i < layers}
-    return _fill_missing(_rebuild(config, before, per_layer))
+    shrunk = _fill_missing(_rebuild(config, before, per_layer))
+    if _retie(shrunk, *tied):  # the constructor validated the untied config away: rebuild with the ties
+        shrunk = _fill_missing(_rebuild(shrunk, before, per_layer))
+    return shrunk
+
+
+def _sizes_before(config: Any) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """The full-size integer fields of each sub-config, and the width of the config and of each sub-config."""
+    subs = _sub_configs(config)
+    fields = {n: {f: v for f, v in vars(s).items() if type(v) is int} for n, s in subs}
+    widths = {n: w for n, w in [("", _own_width(config)), *((n, _own_width(s)) for n, s in subs)] if w}
+    return fields, widths
+
+
+_TIE_RATIOS = (1, 2, 4, 8)
+_MAX_TIES = 8
+
+
+def _retie(config: Any, fields: dict[str, dict[str, int]], widths: dict[str, int]) -> bool:
+    """Re-establish cross-config sizes that the config's own validator requires and shrinking broke, one at a
+    time, as the validator names them (``adaptor_config.intermediate_size`` must equal ``text_config.hidden_size
+    // 4``, ``vision_config.out_hidden_size`` the text width, ``flow_head_config.condition_dim`` the parent's):
+    a named sub-config field whose full-size value was another config's full-size width (divided by 1, 2, 4 or
+    8) becomes that config's shrunk width divided alike. True when something was re-tied and the config now
+    validates; otherwise every change is undone and the validator's error shows at the build."""
+    if not callable(getattr(config, "validate", None)):
+        return False
+    subs = dict(_sub_configs(config))
+    now = {"": _own_width(config), **{n: _own_width(s) for n, s in subs.items()}}
+    undo: list[tuple[Any, str, Any]] = []
+    for _ in range(_MAX_TIES):
+        message = _invalid(config)
+        if message is None:
+            return bool(undo)
+        tie = _tie_one(config, subs, fields, widths, now, message)
+        if tie is None:
+            break
+        undo.append(tie)
+    for sub, field, value in reversed(undo):
+        setattr(sub, field, value)
+    return False
+
+
+def _tie_one(
+    config: Any, subs: dict[str, Any], fields: dict[str, dict[str, int]], widths: dict[str, int],
+    now: dict[str, int | None], message: str,
+) -> tuple[Any, str, Any] | None:
+    """Tie the first field the validator's ``message`` names that some tie clears; (sub, field, old value)."""
+    for name, sub in subs.items():
+        for field, old in fields.get(name, {}).items():
+            named = f"{name}.{field}"
+            if named not in message:
+                continue
+            before = vars(sub)[field]
+            for value in _tied_values(old, name, widths, now):
+                setattr(sub, field, value)
+                after = _invalid(config)
+                if after is None or named not in after:
+                    return sub, field, before
+            setattr(sub, field, before)
+    return None
+
+
+def _tied_values(old: int, owner: str, widths: dict[str, int], now: dict[str, int | None]) -> list[int]:
+    values = []
+    for source, width in widths.items():
+        shrunk = now.get(source)
+        ratio = next((k for k in _TIE_RATIOS if width % k == 0 and old == width // k), None)
+        if source != owner and shrunk and ratio is not None and shrunk // ratio > 0:
+            values.append(shrunk // ratio)
+    return values
+
+
+def _invalid(config: Any) -> str | None:
+    try:
+        config.validate()
+    except Exception as error:  # the validator's message names the fields it wants tied
+        return str(error)
+    return None
 
 
 def _follow_sub_config(config: Any, old_sizes: tuple[Any, int], sub: Any) -> None:
@@ -467,4 +572,8 @@ def _clamp_token_ids(config: Any) -> None:
 
 
 def _width(config: Any) -> int:
-    return next((getattr(config, f) for f in _HIDDEN_FIELDS if isinstance(getattr(config, f, None), int)), HIDDEN)
+    return _own_width(config) or HIDDEN
+
+
+def _own_width(config: Any) -> int | None:
+    return next((getattr(config, f) for f in _HIDDEN_FIELDS if isinstance(getattr(config, f, None), int)), None)

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
+from transformers.utils import is_timm_available
 
-from exporters.tiny import AUDIO_SAMPLES, CHOICES, IMAGE, build_tiny, padded_mask
+from exporters.tiny import AUDIO_SAMPLES, CHOICES, IMAGE, VOCAB, build_tiny, padded_mask, shrink_config
+from exporters.tiny_shrink import _width
 
 
 def _forward(tiny):
@@ -168,4 +171,67 @@ def test_vision_language_models_led_by_pixels_get_their_text_too():
     """Was: ``'NoneType' object has no attribute 'size'`` (BLIP's captioner given no text)."""
     tiny = build_tiny("BlipForConditionalGeneration")
     assert tiny.inputs["input_ids"].shape == (2, 8) and tiny.inputs["pixel_values"].dim() == 4
+    _forward(tiny)
+
+
+@pytest.mark.parametrize(("name", "noise", "shape"), [("ViTMAEModel", "noise", (2, 16)),
+                                                      ("UnivNetModel", "noise_sequence", (2, 32, 64))])
+def test_forwards_that_draw_their_own_noise_get_it_as_an_input(name, noise, shape):
+    """Was: ``nondeterministic: eager gives different outputs for the same input`` (ViTMAE's masking noise),
+    ``DispatchError`` for ``aten.randn.generator`` (UnivNet's noise sequence drawn inside the graph)."""
+    tiny = build_tiny(name)
+    assert tuple(tiny.inputs[noise].shape) == shape
+    assert torch.equal(_forward(tiny)[0], _forward(tiny)[0])
+
+
+def test_per_layer_embedding_vocabularies_shrink_with_the_vocabulary():
+    """Was: ``std::bad_alloc`` in onnxruntime: a 262,144-row per-layer embedding (1.6 GB) in a tiny Gemma 4."""
+    from transformers import Gemma4TextConfig
+
+    assert shrink_config(Gemma4TextConfig()).vocab_size_per_layer_input == VOCAB
+
+
+def test_encoder_layer_counts_shrink_with_the_rest():
+    """Was: ProphetNet's 12 encoder layers (``num_encoder_layers``) left a 12-layer decoder cache with 10
+    layers of None: ``the program returns non-tensor leaves``."""
+    from transformers import ProphetNetConfig
+
+    config = shrink_config(ProphetNetConfig())
+    assert config.num_encoder_layers == config.num_decoder_layers == 2
+
+
+@pytest.mark.parametrize("name", ["FunAsrNanoConfig", "GraniteDoclingConfig", "GradiumPhononTTSConfig", "PocketTTSConfig"])
+def test_shrunk_configs_keep_the_cross_config_sizes_their_validators_require(name):
+    """Was: ``StrictDataclassClassValidationError ... 'validate_architecture'`` at save_pretrained
+    (``adaptor_config.intermediate_size (64) must equal text_config.hidden_size // 4 (8)``, ...)."""
+    import transformers
+
+    config = shrink_config(getattr(transformers, name)())
+    config.validate()
+    assert _width(config.get_text_config()) <= 32
+
+
+def test_attention_that_sizes_values_by_query_heads_stays_multi_head():
+    """Was: ``Attempting to broadcast a dimension of length 8 at -1`` under torch.export (Nemotron 3
+    Diarization: k_proj by 2 key-value heads, v_proj by 4 query heads, repeat_kv doubling both)."""
+    tiny = build_tiny("Nemotron3DiarizationAudioModel")
+    projections = [(m.k_proj.out_features, m.v_proj.out_features) for m in tiny.model.modules() if hasattr(m, "k_proj")]
+    assert projections and all(keys == values for keys, values in projections)
+
+
+def test_drafters_keyed_by_context_and_block_get_a_mask_spanning_both():
+    """Was: ``Attempting to broadcast a dimension of length 8 at -1! ... [2, 1, 8, 8] ... [2, 4, 8, 16]`` under
+    torch.export (MuseGlimmer's assistant: the mask made from the 8 block tokens, the keys 8 + 8)."""
+    tiny = build_tiny("MuseGlimmerAssistantModel")
+    context, block = tiny.inputs["context_hidden_states"].shape[1], tiny.inputs["noise_embeds"].shape[1]
+    assert tiny.inputs["attention_mask"].shape == (2, context + block)
+    program = torch.export.export(tiny.model, (), dict(tiny.inputs), strict=False)
+    torch.testing.assert_close(program.module()(**tiny.inputs)[0], _forward(tiny)[0])
+
+
+@pytest.mark.skipif(is_timm_available(), reason="timm is installed: the timm backbone is the one to build")
+def test_detr_family_builds_its_native_backbone_without_timm():
+    """Was: ``ImportError: TimmBackbone requires the timm library`` (10 DETR-family classes)."""
+    tiny = build_tiny("ConditionalDetrModel")
+    assert type(tiny.model.config.backbone_config).__name__ == "ResNetConfig"
     _forward(tiny)
