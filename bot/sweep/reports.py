@@ -126,7 +126,9 @@ def census_markdown(census: Sequence[Mapping[str, Any]]) -> list[str]:
         "",
         f"{counts[CENSUS_OK]} of {len(latest)} classes build and run one eager forward on their generated inputs "
         f"({', '.join(f'{status} {n}' for status, n in counts.most_common())}). An export can only be tried on "
-        "those; the rest are builder gaps (or optional dependencies missing here), listed by cause:",
+        "those; the rest are builder gaps (or optional dependencies missing here), listed by cause. Where timm is "
+        "not installed, configs whose default backbone is timm's (the DETR family) are built with "
+        "`use_timm_backbone=False`, their native ResNet or Swin backbone (`exporters.tiny_shrink.default_config`):",
         "",
     ]
     return lines + _md_table(
