@@ -4,7 +4,9 @@ Why components and flat tensors: a forward-only export takes a ``Cache`` object 
 own outputs, so nothing can be generated from it. Each component here is a small wrapper module whose inputs
 and outputs are plain named tensors (``past_key_0`` in, ``present_key_0`` out), so every runtime (ONNX Runtime,
 the ExecuTorch runtime, a ``.pt2`` program) can feed one step's cache into the next without knowing anything
-about transformers' cache classes. The wrapper builds a fresh ``DynamicCache`` from its inputs on every call,
+about transformers' cache classes. The wrapper builds a fresh ``DynamicCache`` from its inputs on every call
+(with the model's own layer classes, so linear-attention and indexed layers keep their states:
+``exporters.generation_cache``),
 so eager runs of a component are pure functions of their inputs: validation never sees eager's in-place cache
 updates (the ``nondeterministic`` verdict a plain decode-step export got).
 
@@ -20,7 +22,8 @@ Components:
   cache (computed once, passed back unchanged, never recomputed).
 
 Cache layout (recorded in ``export.json`` under ``generation``): a *dynamic* cache whose past length is a
-dynamic dim, ``[batch, kv_heads, past, head_dim]`` per layer, with a bound ``max_cache_len`` on prompt plus
+dynamic dim, ``[batch, kv_heads, past, head_dim]`` per attention layer (other layer kinds:
+``exporters.generation_cache``), with a bound ``max_cache_len`` on prompt plus
 new tokens. ONNX and ``.pt2`` keep the batch dynamic; ExecuTorch keeps the batch static (the export's batch)
 and bounds every sequence dim by ``max_cache_len``, because its memory planner needs upper bounds (unbounded
 dims run only at the example shape) and one dynamic dim per tensor keeps XNNPACK's reshapes delegated.
