@@ -6,9 +6,8 @@ and outputs are plain named tensors (``past_key_0`` in, ``present_key_0`` out), 
 the ExecuTorch runtime, a ``.pt2`` program) can feed one step's cache into the next without knowing anything
 about transformers' cache classes. The wrapper builds a fresh ``DynamicCache`` from its inputs on every call
 (with the model's own layer classes, so linear-attention and indexed layers keep their states:
-``exporters.generation_cache``),
-so eager runs of a component are pure functions of their inputs: validation never sees eager's in-place cache
-updates (the ``nondeterministic`` verdict a plain decode-step export got).
+``exporters.generation_cache``), so eager runs of a component are pure functions of their inputs: validation
+never sees eager's in-place cache updates (the ``nondeterministic`` verdict a plain decode-step export got).
 
 Components:
 
