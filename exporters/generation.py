@@ -4,9 +4,10 @@ Why components and flat tensors: a forward-only export takes a ``Cache`` object 
 own outputs, so nothing can be generated from it. Each component here is a small wrapper module whose inputs
 and outputs are plain named tensors (``past_key_0`` in, ``present_key_0`` out), so every runtime (ONNX Runtime,
 the ExecuTorch runtime, a ``.pt2`` program) can feed one step's cache into the next without knowing anything
-about transformers' cache classes. The wrapper builds a fresh ``DynamicCache`` from its inputs on every call,
-so eager runs of a component are pure functions of their inputs: validation never sees eager's in-place cache
-updates (the ``nondeterministic`` verdict a plain decode-step export got).
+about transformers' cache classes. The wrapper builds a fresh ``DynamicCache`` from its inputs on every call
+(with the model's own layer classes, so linear-attention and indexed layers keep their states:
+``exporters.generation_cache``), so eager runs of a component are pure functions of their inputs: validation
+never sees eager's in-place cache updates (the ``nondeterministic`` verdict a plain decode-step export got).
 
 Components:
 
@@ -20,7 +21,8 @@ Components:
   cache (computed once, passed back unchanged, never recomputed).
 
 Cache layout (recorded in ``export.json`` under ``generation``): a *dynamic* cache whose past length is a
-dynamic dim, ``[batch, kv_heads, past, head_dim]`` per layer, with a bound ``max_cache_len`` on prompt plus
+dynamic dim, ``[batch, kv_heads, past, head_dim]`` per attention layer (other layer kinds:
+``exporters.generation_cache``), with a bound ``max_cache_len`` on prompt plus
 new tokens. ONNX and ``.pt2`` keep the batch dynamic; ExecuTorch keeps the batch static (the export's batch)
 and bounds every sequence dim by ``max_cache_len``, because its memory planner needs upper bounds (unbounded
 dims run only at the example shape) and one dynamic dim per tensor keeps XNNPACK's reshapes delegated.
@@ -37,6 +39,14 @@ from typing import Any
 import torch
 from torch.export import Dim
 
+from exporters.generation_cache import (
+    cache_dynamic_shapes,
+    flatten,
+    layout_tensors,
+    new_cache,
+    restore,
+    zero_padded_slots,  # noqa: F401  (public here since the CpmAnt fix; lives beside flatten, which uses it)
+)
 from exporters.generation_support import returned_cache
 
 __all__ = [
@@ -107,14 +117,6 @@ def _pairs(tensors: Mapping[str, torch.Tensor], prefix: str, layers: int) -> lis
     return [(tensors[f"{prefix}_key_{i}"], tensors[f"{prefix}_value_{i}"]) for i in range(layers)]
 
 
-def _flat_cache(cache: Any, prefix: str) -> dict[str, torch.Tensor]:
-    flat: dict[str, torch.Tensor] = {}
-    for i, layer in enumerate(cache.layers):
-        flat[f"{prefix}_key_{i}"] = layer.keys
-        flat[f"{prefix}_value_{i}"] = layer.values
-    return flat
-
-
 # ── Components: wrapper modules with flat tensor inputs and outputs ──
 class DecoderOnlyStep(torch.nn.Module):
     """One forward of a decoder-only model: ``prefill`` (no past inputs) or ``decode`` (past in, present out).
@@ -127,15 +129,12 @@ class DecoderOnlyStep(torch.nn.Module):
         super().__init__()
         self.model = model
         self.with_past = with_past
-        self.layers = _layers(model)
         self.position_ids = _accepts(model, "position_ids")
         self.logits_to_keep = _accepts(model, "logits_to_keep")
 
     def forward(self, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
-        from transformers import DynamicCache
-
         input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]
-        cache = DynamicCache(_pairs(inputs, "past", self.layers)) if self.with_past else DynamicCache()
+        cache = restore(self.model, inputs) if self.with_past else new_cache(self.model)
         kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask,
                                   "past_key_values": cache, "use_cache": True}
         if self.position_ids:
@@ -145,26 +144,9 @@ class DecoderOnlyStep(torch.nn.Module):
         if IMAGE_INPUT in inputs:  # a vision-language prefill: the model merges image features into its embeds
             kwargs[IMAGE_INPUT] = inputs[IMAGE_INPUT]
         out = self.model(**kwargs)
-        present = _flat_cache(returned_cache(self.model, out), "present")
-        if not self.with_past:
-            present = {name: zero_padded_slots(value, attention_mask) for name, value in present.items()}
+        # A prefill's padded slots are zeroed (generation_cache.flatten): masked forever after, equal everywhere.
+        present = flatten(returned_cache(self.model, out), "present", keep=None if self.with_past else attention_mask)
         return {"logits": out.logits[:, -1, :], **present}
-
-
-def zero_padded_slots(cache: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """``cache`` ``[batch, heads, length, dim]`` with the prompt's padded slots zeroed.
-
-    Padded slots are masked in every later step, so their contents never matter; zeroed, the cache is the
-    same in every runtime (a left-padded row's fully masked queries give NaN or uniform attention depending
-    on the kernel, which the next layer's keys would carry). A cache longer than the mask holds positions the model prepends
-    itself (CpmAnt's ``prompt_length`` learned prompt tokens, 32 for the tiny model: 40 slots for an 8-token
-    prompt); those are never padding and are kept.
-    """
-    keep = attention_mask.to(cache.dtype)
-    extra = cache.shape[2] - keep.shape[1]
-    if extra > 0:
-        keep = torch.cat([keep.new_ones(keep.shape[0], extra), keep], dim=1)
-    return cache * keep[:, None, :, None]
 
 
 class EncoderDecoderStep(torch.nn.Module):
@@ -200,10 +182,10 @@ class EncoderDecoderStep(torch.nn.Module):
             kwargs["past_key_values"] = EncoderDecoderCache(DynamicCache(), DynamicCache())
         out = self.model(**kwargs)
         result = {"logits": out.logits[:, -1, :]}
-        result.update(_flat_cache(out.past_key_values.self_attention_cache, "present"))
+        result.update(flatten(out.past_key_values.self_attention_cache, "present"))
         if not self.with_past:
             result["encoder_hidden_states"] = out.encoder_last_hidden_state
-            result.update(_flat_cache(out.past_key_values.cross_attention_cache, "present_cross"))
+            result.update(flatten(out.past_key_values.cross_attention_cache, "present_cross"))
         return result
 
 
@@ -314,7 +296,7 @@ def _plan_decoder_only(model: torch.nn.Module, inputs: dict[str, Any], batch: An
     decode_spec = {
         "input_ids": {0: batch},
         "attention_mask": {0: batch, 1: Dim.AUTO(min=2, max=longest)},
-        **_cache_spec([n for n in step if n.startswith("past_")], batch, Dim.AUTO(min=1, max=longest - 1)),
+        **cache_dynamic_shapes(step, "past", batch, Dim.AUTO(min=1, max=longest - 1)),
     }
     return [
         ComponentPlan("prefill", prefill, prompt,
@@ -376,22 +358,17 @@ def cache_layout(model: torch.nn.Module, plans: list[ComponentPlan], config: Gen
     """The ``generation`` section of ``export.json``: how a loop feeds one step's outputs to the next."""
     kind = generation_kind(model)
     decode = next(p for p in plans if p.name == "decode")
-    layers = _layers(model)
-    sample = decode.inputs["past_key_0"]
+    tensors = layout_tensors(decode.inputs)
     layout: dict[str, Any] = {
         "kind": kind,
         "cache": "dynamic",
         "components": [p.name for p in plans],
-        "layers": layers,
+        "layers": _layers(model) if kind == ENCODER_DECODER else len(new_cache(model).layers),
         "max_cache_len": config.max_cache_len,
         "batch": "static" if static_batch(config, backend) or IMAGE_INPUT in plans[0].inputs else "dynamic",
-        "batch_size": int(sample.shape[0]),
-        "self_attention": {
-            "inputs": "past_{key,value}_{layer}",
-            "outputs": "present_{key,value}_{layer}",
-            "shape": ["batch", int(sample.shape[1]), "past", int(sample.shape[3])],
-            "grows": "concatenated along dim 2 by every decode step",
-        },
+        "batch_size": int(decode.inputs["input_ids" if kind == DECODER_ONLY else "decoder_input_ids"].shape[0]),
+        **_state_groups(model, kind, tensors),
+        "cache_tensors": tensors,
         "logits": "logits: [batch, vocab], last position only",
         "position_ids": "computed in the graph from attention_mask (cumsum - 1)",
         "eos_token_id": _eos(model),
@@ -415,6 +392,32 @@ def cache_layout(model: torch.nn.Module, plans: list[ComponentPlan], config: Gen
         }
     layout["backend"] = backend
     return layout
+
+
+def _state_groups(model: torch.nn.Module, kind: str, tensors: list[dict[str, Any]]) -> dict[str, Any]:
+    """A summary of ``cache_tensors`` by layer kind: which layers hold which states, named how."""
+    def layers(*kinds: str) -> list[int]:
+        return sorted({row["layer"] for row in tensors if row["kind"] in kinds})
+
+    def shape(kind: str) -> list[Any] | None:
+        return next((row["shape"] for row in tensors if row["kind"] == kind), None)
+
+    groups: dict[str, Any] = {}
+    if kind == DECODER_ONLY:
+        groups["cache_layers"] = [type(layer).__name__ for layer in new_cache(model).layers]
+    if layers("key"):
+        groups["self_attention"] = {"inputs": "past_{key,value}_{layer}", "outputs": "present_{key,value}_{layer}",
+                                    "layers": layers("key"), "key_shape": shape("key"), "value_shape": shape("value"),
+                                    "grows": "concatenated along dim 2 by every decode step"}
+    if layers("indexer_key"):
+        groups["indexer"] = {"inputs": "past_indexer_key_{layer}", "outputs": "present_indexer_key_{layer}",
+                             "layers": layers("indexer_key"), "shape": shape("indexer_key"),
+                             "grows": "concatenated along dim 1 by every decode step"}
+    if layers("conv", "recurrent"):
+        groups["linear_attention"] = {
+            "inputs": "past_{conv,recurrent}_{layer}_{state}", "outputs": "present_{conv,recurrent}_{layer}_{state}",
+            "layers": layers("conv", "recurrent"), "grows": "never: fixed-size states, replaced by every decode step"}
+    return groups
 
 
 def _ids(value: Any) -> list[int]:

@@ -55,6 +55,13 @@ def _as_past(outputs: Mapping[str, torch.Tensor], prefix: str, own_copy: bool) -
             for name, value in outputs.items() if name.startswith(prefix)}
 
 
+def _carried(outputs: Mapping[str, torch.Tensor], own_copy: bool) -> dict[str, torch.Tensor]:
+    """The cache a step hands to the next: every ``present_*`` output (key/value, indexer keys, linear-attention
+    states: ``generation.cache_tensors``) except the cross-attention cache, which prefill computes once."""
+    carried = {name: value for name, value in outputs.items() if not name.startswith("present_cross")}
+    return _as_past(carried, "present_", own_copy)
+
+
 def _chooser(do_sample: bool, temperature: float, top_k: int, seed: int | None) -> Callable[[torch.Tensor], torch.Tensor]:
     if not do_sample:
         return lambda scores: scores.argmax(-1)
@@ -99,7 +106,7 @@ def run_generation(
     out = components["prefill"](**prefill_inputs)
     prefill_seconds = time.perf_counter() - started
     logits = out["logits"]
-    past = _as_past(out, "present_key", own_copies) | _as_past(out, "present_value", own_copies)
+    past = _carried(out, own_copies)
     if encoder_decoder:  # computed once; fed unchanged to every step
         fixed |= _as_past(out, "present_cross", True) | {"encoder_hidden_states": out["encoder_hidden_states"].clone()}
     mask = None if encoder_decoder else prefill_inputs["attention_mask"]
@@ -131,7 +138,7 @@ def run_generation(
         decode_seconds += time.perf_counter() - started
         decode_steps += 1
         logits = out["logits"]
-        past = _as_past(out, "present_key", own_copies) | _as_past(out, "present_value", own_copies)
+        past = _carried(out, own_copies)
     return GenerationOutput(torch.stack(tokens, dim=1), step_logits, prefill_seconds, decode_seconds, decode_steps)
 
 

@@ -43,7 +43,8 @@ def test_bundle_holds_both_components_and_the_cache_layout(llama_bundle):
     assert (out / "prefill.onnx").is_file() and (out / "decode.onnx").is_file()
     layout = manifest["generation"]
     assert layout["kind"] == "decoder-only" and layout["cache"] == "dynamic"
-    assert layout["self_attention"]["shape"][0] == "batch" and layout["layers"] == 2
+    assert layout["self_attention"]["key_shape"][0] == "batch" and layout["layers"] == 2
+    assert layout["self_attention"]["layers"] == [0, 1] and len(layout["cache_tensors"]) == 4
     decode_inputs = [spec["name"] for spec in manifest["components"]["decode"]["inputs"]]
     assert decode_inputs[:2] == ["input_ids", "attention_mask"]
     assert {"past_key_0", "past_value_1"} <= set(decode_inputs)
