@@ -47,6 +47,7 @@ from exporters.fx_rewrites import (
     drop_assertion_only_chain,
     drop_tensor_check,
     make_reshape_input_contiguous,
+    reduce_max_dim_as_pooling,
     spell_out_tanh_gelu,
     split_complex_arithmetic,
 )
@@ -554,3 +555,20 @@ def _fix_tanh_gelu_for_xnnpack(graph_module: torch.fx.GraphModule, node: torch.f
     XNNPACK's exact mul/add/tanh.
     """
     return spell_out_tanh_gelu(graph_module, node)
+
+
+@register_fx_node_fix("executorch.xnnpack", dependency="executorch")
+def _fix_max_dim_for_xnnpack(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Give XNNPACK every 4-D ``max.dim`` as the keepdim=True reduction over dim 2 or 3 that it serialises.
+
+    XNNPACK's partitioner claims ``max.dim`` on any 4-D float input whose users take only the values
+    (``MaxDimConfig`` checks rank, dtype and users, not ``keepdim`` or ``dim``), but its serializer writes only
+    a max pooling over dim 2 or 3 with the dim kept, so lowering fails in preprocess with ``amax.default only
+    supports keep_dim == True`` (or ``only supports dim == 2 or dim == 3``): Hiera's query pooling,
+    ``view(b, stride, -1, c).max(dim=1).values``. ``exporters.fx_rewrites.reduce_max_dim_as_pooling`` writes
+    the same reduction as transpose / ``max.dim(·, 2 or 3, keepdim=True)`` / transpose / squeeze. Delegation:
+    the values-only ``max.dim`` that failed is now delegated (as before, but lowerable) with the transposes and
+    squeeze; one whose indices are used stays on the portable kernels as before. Not reported upstream yet:
+    the ready-to-file issue is docs/upstream-drafts/_fix_max_dim_for_xnnpack.md.
+    """
+    return reduce_max_dim_as_pooling(graph_module, node)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -111,6 +112,40 @@ def count_histc_by_comparison(graph_module: torch.fx.GraphModule, node: torch.fx
     hits = emit(aten.logical_and.default, hits, emit(aten.unsqueeze.default, inside, -1))
     counts = emit(aten.sum.dim_IntList, emit(aten._to_copy.default, hits, dtype=value.dtype), [0])
     node.replace_all_uses_with(counts)
+    graph_module.graph.erase_node(node)
+    return True
+
+
+def reduce_max_dim_as_pooling(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write ``aten.max.dim(x, d, keepdim)`` on a 4-D ``x`` as ``max.dim(x', 3 or 2, keepdim=True)`` and reshapes.
+
+    The only ``max.dim`` a pooling kernel takes reduces dim 2 or 3 (spelled non-negative) and keeps it. Any other
+    dim is first swapped with dim 3 (``transpose``), then the kept dim is swapped back and, when ``keepdim`` was
+    False, squeezed. Values and indices are the original ones, each rewritten getitem of ``node`` included.
+    Returns True when it rewrote ``node``; the canonical form and other ranks are left alone.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten.max.dim:
+        return False
+    source = node.args[0]
+    value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or value.dim() != 4:
+        return False
+    dim, keepdim = node.args[1], _argument(node, 2, "keepdim", False)
+    if keepdim and dim in (2, 3):
+        return False
+    dim %= 4
+    reduced = dim if dim in (2, 3) else 3
+    aten, emit = torch.ops.aten, emitter(graph_module, node)
+    swapped = source if reduced == dim else emit(aten.transpose.int, source, dim, 3)
+    pooled = emit(aten.max.dim, swapped, reduced, True)
+    for user in list(node.users):
+        output = emit(operator.getitem, pooled, user.args[1])
+        if reduced != dim:
+            output = emit(aten.transpose.int, output, dim, 3)
+        if not keepdim:
+            output = emit(aten.squeeze.dims, output, [dim])
+        user.replace_all_uses_with(output)
+        graph_module.graph.erase_node(user)
     graph_module.graph.erase_node(node)
     return True
 

@@ -1,10 +1,13 @@
-"""ExecuTorch workarounds found by triaging the catalogue's ExecuTorch static sweep (branch ettriage).
+"""ExecuTorch workarounds found by triaging the catalogue's ExecuTorch static sweep (branches ettriage, hieramax).
 
 Each test lowers a small module that repeats the transformers construct, so the default suite lowers little;
-the sweep class that hit it (BigBirdPegasusForSequenceClassification) is exported whole by the slow test.
+the sweep classes that hit them (BigBirdPegasusForSequenceClassification, HieraForImageClassification) are
+exported whole by the slow tests.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -86,4 +89,42 @@ def test_bigbird_pegasus_classification_lowers_with_the_check_dropped():
     tiny = build_tiny("BigBirdPegasusForSequenceClassification")
     result = ExecutorchExporter(ExecutorchConfig()).export(tiny.model, tiny.inputs, validate=True)
     assert result.metadata.workarounds_fired["_fix_unique_consecutive_check_not_core_aten"] == 1
+    assert result.validation.status == "pass"
+
+
+class MaxPools(torch.nn.Module):
+    """4-D ``max.dim`` as Hiera writes it (``view(b, stride, -1, c).max(dim=1).values``), over the last dim
+    spelled -1, and one whose values and indices are both used (which XNNPACK does not claim)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        values, indices = torch.max(x, 2)
+        return x.max(dim=-1).values, torch.max(x, 1).values, values, indices
+
+
+def _run_pte(path: Path, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(path.read_bytes())
+    return list(program.load_method("forward").execute(inputs))
+
+
+def test_xnnpack_needs_max_dim_in_its_pooling_form(tmp_path):
+    model, x = MaxPools().eval(), torch.randn(2, 3, 4, 5)
+    result = ExecutorchExporter(ExecutorchConfig()).export(model, {"x": x})
+    assert result.metadata.workarounds_fired["_fix_max_dim_for_xnnpack"] == 3
+    written = result.save(tmp_path / "max-pools")["artifact"]
+    ran, eager = _run_pte(written, [x]), model(x)
+    assert len(ran) == len(eager) and all(torch.equal(a, b) for a, b in zip(ran, eager, strict=True))
+    without = ExecutorchConfig(without=frozenset({"_fix_max_dim_for_xnnpack"}))
+    with pytest.raises(Exception, match=r"amax\.default only supports (keep_dim == True|dim == 2 or dim == 3)"):
+        ExecutorchExporter(without).export(model, {"x": x})
+
+
+@pytest.mark.slow
+def test_hiera_classification_lowers_with_max_dim_as_pooling():
+    from exporters.tiny import build_tiny
+
+    tiny = build_tiny("HieraForImageClassification")
+    result = ExecutorchExporter(ExecutorchConfig()).export(tiny.model, tiny.inputs, validate=True)
+    assert result.metadata.workarounds_fired["_fix_max_dim_for_xnnpack"] >= 1
     assert result.validation.status == "pass"

@@ -44,6 +44,10 @@ COVERAGE: dict[str, list[str]] = {
         "test_executorch_triage.py::test_unique_consecutive_check_removal_drops_only_the_assertion",
         "test_executorch_triage.py::test_executorch_needs_the_unique_consecutive_check_dropped",
     ],
+    "_fix_max_dim_for_xnnpack": [
+        "test_executorch_triage.py::test_xnnpack_needs_max_dim_in_its_pooling_form",
+        "test_executorch_triage.py::test_hiera_classification_lowers_with_max_dim_as_pooling",
+    ],
     "_patch_moe_experts_batched_mm": ["test_catalogue_workarounds.py::test_executorch_runs_moe_experts_as_batched_mm"],
     "_fix_complex_rotary_for_onnx": [
         "test_catalogue_workarounds.py::test_complex_rewrite_keeps_the_values",
