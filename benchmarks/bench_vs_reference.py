@@ -237,7 +237,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for (backend, mode), members in groups.items():
         entry: dict[str, Any] = {"backend": backend, "mode": mode, "models": len(members)}
         for key in ("ours_vs_reference", "ours_vs_bare", "ours_vs_reference_cpu", "ours_vs_bare_cpu"):
-            values = [r[key] for r in members if r[key] is not None]
+            values = [r[key] for r in members if r.get(key) is not None]  # rows from before the CPU columns lack them
             entry[key] = {"median": round(statistics.median(values), 3), "max": max(values), "n": len(values)} \
                 if values else None  # fmt: skip
         summary.append(entry)
