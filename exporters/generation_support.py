@@ -14,8 +14,10 @@ from the model's forward signature and config, before anything is traced:
 * the drafting assistants' ``shared_kv_states`` (another model's keys and values) and Reformer's
   ``past_buckets_states`` are caches outside ``Cache`` as well.
 
-A model that takes ``past_key_values`` and returns no cache is caught at its first eager prefill by
-``returned_cache``: RecurrentGemma keeps its recurrent state in module attributes; a BERT-style encoder with
+A stateful model (transformers' ``_is_stateful``: RecurrentGemma keeps its recurrent state in module attributes)
+is refused before tracing too: given the cache ``generate()`` builds, its first prefill fails inside
+``get_seq_length``. A model that takes ``past_key_values`` and returns no cache is caught at its first eager
+prefill by ``returned_cache``: a BERT-style encoder with
 an LM head and ``config.is_decoder`` False turns its cache off (``use_cache = False`` unless ``is_decoder``,
 modeling_bert.py:639-642), and transformers warns "add `is_decoder=True`" for exactly this (the tiny builder's
 generation knobs set it: exporters.tiny_generation).
@@ -59,6 +61,9 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
         other = next((text for field, text in _OTHER_STATE.items() if field in parameters), None)
         return (f"{name} has no KV cache for a decode step: its forward takes no `past_key_values`"
                 + (f"; {other}" if other else "; generate() re-runs the whole sequence every step"))
+    if getattr(model, "_is_stateful", False):  # transformers' own flag: RecurrentGemma, whose cache is not its state
+        return (f"{name} has no KV cache for a decode step: it is a stateful model, keeping its recurrent state in "
+                "its modules between calls, outside transformers' Cache")
     return None
 
 
@@ -84,8 +89,6 @@ def returned_cache(model: torch.nn.Module, output: Any) -> Any:
     if getattr(model.config, "is_decoder", None) is False:
         why = ("config.is_decoder is False, so it runs as a bidirectional encoder with its cache off; "
                "build it with is_decoder=True to generate from it")
-    elif getattr(model, "_is_stateful", False):
-        why = "it is a stateful model, keeping state in its modules between calls, outside transformers' Cache"
     else:
         why = "it keeps no cache"
     raise GenerationUnsupported(f"{type(model).__name__} returns no KV cache ({type(output).__name__} has no "

@@ -71,11 +71,16 @@ def test_models_without_a_kv_cache_are_refused_before_tracing(name, says):
         build_generation_model(name, 0)
 
 
-def test_state_kept_in_modules_is_refused_at_the_first_prefill():
+def test_state_kept_in_modules_is_refused_before_tracing():
     model = build_tiny("RecurrentGemmaForCausalLM").model
-    assert unsupported_reason(model) is None  # it takes past_key_values ...
-    with pytest.raises(GenerationUnsupported, match="stateful"):  # ... and returns none
-        plan_components(model, sample_prompts(model), GenerationExportConfig(), "onnx")
+    reason = unsupported_reason(model)  # it takes past_key_values, but its state lives in its modules
+    assert reason is not None and "stateful" in reason
+    from exporters.exporter_onnx import OnnxExporter
+    from exporters.generation_export import export_for_generation
+
+    with pytest.raises(GenerationUnsupported) as refused:  # before its first prefill, which would fail inside
+        export_for_generation(OnnxExporter(), model, sample_prompts(model))  # the model's get_seq_length
+    assert str(refused.value) == reason
 
 
 def test_kv_cache_models_are_not_refused():
