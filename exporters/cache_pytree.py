@@ -196,18 +196,7 @@ def _empty_caches_as_subtrees(value: Any) -> bool | None:
     subtree whose empty layers' ``keys = None`` are constant outputs (exporters/signature.py records those).
     """
 
-    def walked(item: Any, depth: int = 0) -> bool:
-        if type(item) in _WALKED_TYPES:
-            return True
-        if depth > 4:
-            return False
-        if isinstance(item, (list, tuple)):
-            return any(walked(v, depth + 1) for v in item)
-        if isinstance(item, dict):
-            return any(walked(v, depth + 1) for v in item.values())
-        return False
-
-    return True if walked(value) else None
+    return True if _nested_any(value, lambda item: type(item) in _WALKED_TYPES) else None
 
 
 def _unflatten_from_context(cls: type, children: list[Any], context: list[tuple[str, Any]]) -> Any:
@@ -236,18 +225,27 @@ class _ChildMarker:
 _CHILD = _ChildMarker()
 
 
-def _holds_tensors(value: Any, depth: int = 0) -> bool:
-    if isinstance(value, torch.Tensor):
+def _nested_any(value: Any, found: Any, into_objects: bool = False, depth: int = 0) -> bool:
+    """Whether ``found(item)`` holds for ``value`` or an item nested in its lists, tuples and dict values (and,
+    with ``into_objects``, plain objects' attributes), at most 4 levels down: cache contexts are shallow, and
+    the bound keeps a cyclic attribute graph from recursing forever."""
+    if found(value):
         return True
     if depth > 4:
         return False
     if isinstance(value, (list, tuple)):
-        return any(_holds_tensors(v, depth + 1) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_tensors(v, depth + 1) for v in value.values())
-    if hasattr(value, "__dict__") and not isinstance(value, (type, torch.nn.Module)):
-        return any(_holds_tensors(v, depth + 1) for v in vars(value).values())
-    return False
+        items: Any = value
+    elif isinstance(value, dict):
+        items = value.values()
+    elif into_objects and hasattr(value, "__dict__") and not isinstance(value, (type, torch.nn.Module)):
+        items = vars(value).values()
+    else:
+        return False
+    return any(_nested_any(item, found, into_objects, depth + 1) for item in items)
+
+
+def _holds_tensors(value: Any) -> bool:
+    return _nested_any(value, lambda item: isinstance(item, torch.Tensor), into_objects=True)
 
 
 def register_walked_type(cls: type) -> None:
