@@ -290,3 +290,11 @@ def test_xvector_heads_shrink_their_tdnn_widths_and_stay_of_order_one():
     assert max(tiny.model.config.tdnn_dim) <= 64 and tiny.model.config.xvector_output_dim <= 32
     embeddings = _forward(tiny).embeddings
     assert 0.01 < embeddings.abs().max() < 10
+
+
+def test_forwards_fed_only_by_embeddings_get_inputs_embeds():
+    """Was: ``Nemotron3_5TranscribeWordTimestampModel: forward takes none of input_ids, pixel_values, ...``
+    (its forward takes another model's frames as ``inputs_embeds``, its ``main_input_name``)."""
+    tiny = build_tiny("Nemotron3_5TranscribeWordTimestampModel")
+    assert tiny.inputs["inputs_embeds"].shape == (2, 8, _width(tiny.model.config))
+    _forward(tiny)
