@@ -135,12 +135,14 @@ def shrink_config(config: Any, keep_stage_widths: bool = False) -> Any:
 
     tied = _sizes_before(config)
     kinds = _derived_layer_kinds(config)
-    for name, sub in _sub_configs(config):
-        old_sizes = (vars(sub).get("patch_size"), _width(sub))
-        setattr(config, name, shrink_config(sub, keep_stage_widths))
-        _follow_sub_config(config, old_sizes, getattr(config, name))
+    # The full-size fields, before the sub-configs' sizes are followed: a followed field counts as changed, so the
+    # rebuild keeps it even where ``__post_init__`` would derive it (Sam2's ``backbone_channel_list``).
     before = {k: v for k, v in vars(config).items() if not isinstance(v, torch.nn.Module)}
     before = copy.deepcopy({k: v for k, v in before.items() if k not in dict(_sub_configs(config))})
+    for name, sub in _sub_configs(config):
+        old_sizes = (vars(sub).get("patch_size"), _width(sub), _stage_lists(sub))
+        setattr(config, name, shrink_config(sub, keep_stage_widths))
+        _follow_sub_config(config, old_sizes, getattr(config, name))
     per_layer = _per_layer_overrides(config)
     _shrink_fields(config, keep_stage_widths)
     if per_layer is not None:  # heterogeneous configs: every layer's overrides are shrunk by the same rules
@@ -201,17 +203,35 @@ def _sizes_before(config: Any) -> tuple[dict[str, dict[str, int]], dict[str, int
     return fields, widths
 
 
-def _follow_sub_config(config: Any, old_sizes: tuple[Any, int], sub: Any) -> None:
+def _follow_sub_config(config: Any, old_sizes: tuple[Any, int, dict[str, list[int]]], sub: Any) -> None:
     """A parent's copies of its sub-config's sizes follow the shrunk sub-config: the ``patch_size`` it reshapes
     the backbone's tokens by, the ``*_hidden_size`` channels it reads from it (DepthAnything's
-    ``reassemble_hidden_size``), when they equal the sub-config's full-size values."""
-    old_patch, old_width = old_sizes
+    ``reassemble_hidden_size``), the per-stage channels it reads, in the sub-config's order or reversed (Sam2's
+    ``backbone_channel_list`` is the Hiera ``embed_dim_per_stage`` from the deepest stage), when they equal the
+    sub-config's full-size values."""
+    old_patch, old_width, old_lists = old_sizes
     fields = vars(config)
     if fields.get("patch_size") == old_patch != vars(sub).get("patch_size"):
         config.patch_size = vars(sub)["patch_size"]
     for name in list(fields):
         if name.endswith("hidden_size") and name not in _HIDDEN_FIELDS and fields[name] == old_width != _width(sub):
             setattr(config, name, _width(sub))
+    new_lists = _stage_lists(sub)
+    for name in list(fields):
+        value = fields[name]
+        if name in _LIST_WIDTH_FIELDS or not _ints(value):
+            continue
+        for field, old in old_lists.items():
+            new = new_lists.get(field, old)
+            if new != old and list(value) in (old, old[::-1]):
+                setattr(config, name, type(value)(new if list(value) == old else new[::-1]))
+                break
+
+
+def _stage_lists(config: Any) -> dict[str, list[int]]:
+    """A config's per-stage width lists (``hidden_sizes``, ... and those ``_scale_stage_widths`` scales)."""
+    fields = vars(config)
+    return {n: list(fields[n]) for n in (*_LIST_WIDTH_FIELDS, *_SCALED_STAGE_WIDTHS) if _ints(fields.get(n))}
 
 
 def _fill_missing(config: Any) -> Any:
@@ -258,6 +278,7 @@ def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
         if isinstance(fields.get(name), int) and fields[name] > HIDDEN:
             setattr(config, name, HIDDEN)
     width = next((fields[f] for f in _HIDDEN_FIELDS if isinstance(fields.get(f), int)), None)
+    _scale_stage_widths(config, old_hidden, width)
     if old_hidden and width and fields.get("embedding_size") == old_hidden:  # tied to the width (SqueezeBert)
         config.embedding_size = width
     elif width and isinstance(fields.get("embedding_size"), int) and fields["embedding_size"] > width:
@@ -356,6 +377,20 @@ def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
     _shrink_rope_sections(config)
     _shrink_images(config)
     _clamp_token_ids(config)
+
+
+# Per-stage widths that start at the config's width and grow with depth (Sam2's Hiera: 96, 192, 384, 768).
+_SCALED_STAGE_WIDTHS = ("embed_dim_per_stage",)
+
+
+def _scale_stage_widths(config: Any, old_width: int | None, width: int | None) -> None:
+    """Per-stage widths whose first stage is the config's width scale with it, keeping the ratios between the
+    stages (Sam2's Hiera: its 96-wide stem feeds a first stage of 96: hidden 32 makes 32, 64, 128, 256)."""
+    fields = vars(config)
+    for name in _SCALED_STAGE_WIDTHS:
+        value = fields.get(name)
+        if old_width and width and width < old_width and _ints(value) and value[0] == old_width:
+            setattr(config, name, type(value)(max(1, v * width // old_width) for v in value))
 
 
 def _sub_configs(config: Any) -> list[tuple[str, Any]]:

@@ -298,3 +298,14 @@ def test_forwards_fed_only_by_embeddings_get_inputs_embeds():
     tiny = build_tiny("Nemotron3_5TranscribeWordTimestampModel")
     assert tiny.inputs["inputs_embeds"].shape == (2, 8, _width(tiny.model.config))
     _forward(tiny)
+
+
+def test_stage_widths_starting_at_the_width_scale_with_it_and_parents_follow():
+    """Was: ``Given normalized_shape=[96], expected input with shape [*, 96], but got input of size[2, 8, 8, 32]``
+    (Sam2's Hiera: hidden 32 but ``embed_dim_per_stage`` 96..768), then, in Sam2VisionModel, ``weight of size
+    [256, 768, 1, 1], expected input[2, 256, 1, 1] to have 768 channels`` (its ``backbone_channel_list``)."""
+    tiny = build_tiny("Sam2VisionModel")
+    backbone = tiny.model.config.backbone_config
+    assert backbone.embed_dim_per_stage == [32, 64, 128, 256]
+    assert tiny.model.config.backbone_channel_list == [256, 128, 64, 32]
+    _forward(tiny)
