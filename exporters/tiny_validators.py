@@ -49,19 +49,24 @@ def _tie_one(
     config: Any, subs: dict[str, Any], fields: dict[str, dict[str, int]], widths: dict[str, int],
     now: dict[str, int | None], message: str,
 ) -> tuple[Any, str, Any] | None:
-    """Tie the first field the validator's ``message`` names that some tie clears; (sub, field, old value)."""
-    for name, sub in subs.items():
-        for field, old in fields.get(name, {}).items():
-            named = f"{name}.{field}"
-            if named not in message:
-                continue
-            before = vars(sub)[field]
-            for value in _tied_values(old, name, widths, now):
-                setattr(sub, field, value)
-                after = _invalid(config)
-                if after is None or named not in after:
-                    return sub, field, before
-            setattr(sub, field, before)
+    """Tie the first field the validator's ``message`` names that some tie clears; (sub, field, old value).
+    A message that names no field (Dots3Note: ``vision adapter output width must match the text hidden size``)
+    gets the fields shrinking left at their full-size value tried instead, a tie kept if that error is then gone
+    (``vision_config.adapter_out_dim`` 5,120, the text width, becomes the shrunk text width); ``retie`` undoes
+    every tie unless the config ends up valid."""
+    for by_name in (True, False):
+        for name, sub in subs.items():
+            for field, old in fields.get(name, {}).items():
+                named = f"{name}.{field}"
+                if (named not in message) if by_name else (named in message or vars(sub)[field] != old):
+                    continue
+                before = vars(sub)[field]
+                for value in _tied_values(old, name, widths, now):
+                    setattr(sub, field, value)
+                    after = _invalid(config)
+                    if after is None or (named not in after if by_name else after != message):
+                        return sub, field, before
+                setattr(sub, field, before)
     return None
 
 

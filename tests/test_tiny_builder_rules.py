@@ -249,6 +249,16 @@ def test_shrunk_configs_pass_their_own_validators_by_the_fields_they_name(name):
     assert _width(config) <= 256  # (EfficientLoFTR's width must equal its last stage's, 256: its default)
 
 
+def test_a_validator_naming_no_field_gets_the_full_size_copies_of_a_width_tied():
+    """Was: ``vision adapter output width must match the text hidden size`` at save_pretrained (Dots3Note: the
+    vision and audio ``adapter_out_dim`` stayed 5,120, the full-size text width)."""
+    from transformers import Dots3NoteConfig
+
+    config = shrink_config(Dots3NoteConfig())
+    config.validate()
+    assert config.vision_config.adapter_out_dim == config.audio_config.adapter_out_dim == config.text_config.hidden_size
+
+
 def test_a_validated_config_is_rebuilt_so_that_its_derived_fields_follow():
     """LW-DETR derives ``num_windows_side`` in ``__post_init__``: the valid config must be rebuilt, not patched."""
     from transformers import LwDetrViTConfig
