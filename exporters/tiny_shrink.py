@@ -143,6 +143,7 @@ def shrink_config(config: Any, keep_stage_widths: bool = False) -> Any:
         old_sizes = (vars(sub).get("patch_size"), _width(sub), _stage_lists(sub))
         setattr(config, name, shrink_config(sub, keep_stage_widths))
         _follow_sub_config(config, old_sizes, getattr(config, name))
+    _index_shrunk_vision_layers(config, tied[0].get("vision_config", {}))
     per_layer = _per_layer_overrides(config)
     _shrink_fields(config, keep_stage_widths)
     if per_layer is not None:  # heterogeneous configs: every layer's overrides are shrunk by the same rules
@@ -226,6 +227,28 @@ def _follow_sub_config(config: Any, old_sizes: tuple[Any, int, dict[str, list[in
             if new != old and list(value) in (old, old[::-1]):
                 setattr(config, name, type(value)(new if list(value) == old else new[::-1]))
                 break
+
+
+def _index_shrunk_vision_layers(config: Any, full_vision: dict[str, int]) -> None:
+    """Vision feature layers picked among the full-size vision tower's layers (Molmo2's adapter reads layers
+    [24, 18] of 25) that the shrunk tower lacks are counted from its end instead, as far from the last layer as
+    the tower allows (-1, -2 of 2): ``*feature_layer*`` fields of the config and its sub-configs whose indices all
+    count from the start (VipLlava's mixed [-2, -5, -8, -11, 6] is left as it is: it builds and exports today)."""
+    vision = vars(config).get("vision_config")
+    old = next((full_vision[f] for f in _LAYER_FIELDS if f in full_vision), None)
+    layers = next((vars(vision)[f] for f in _LAYER_FIELDS if isinstance(vars(vision).get(f), int)), None) if vision else None
+    if not old or not layers or layers >= old:
+        return
+    for owner in (config, *(sub for _, sub in _sub_configs(config))):
+        for name, value in list(vars(owner).items()):
+            if "feature_layer" not in name:
+                continue
+            one = type(value) is int
+            indices = [value] if one else value if _ints(value) else None
+            if indices is None or min(indices) < 0 or all(i < layers for i in indices):
+                continue
+            moved = [max(i - old, -layers) if i >= layers else i for i in indices]
+            setattr(owner, name, moved[0] if one else type(value)(moved))
 
 
 def _stage_lists(config: Any) -> dict[str, list[int]]:

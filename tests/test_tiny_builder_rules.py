@@ -319,3 +319,14 @@ def test_stage_widths_starting_at_the_width_scale_with_it_and_parents_follow():
     assert backbone.embed_dim_per_stage == [32, 64, 128, 256]
     assert tiny.model.config.backbone_channel_list == [256, 128, 64, 32]
     _forward(tiny)
+
+
+def test_vision_feature_layers_the_shrunk_tower_lacks_count_from_its_end():
+    """Was: ```adapter_config.vision_feature_layer` [24, 18] must index the 2 layers of `vision_config` `` at
+    save_pretrained (Molmo2: layers of the 25-layer full-size tower)."""
+    from transformers import Molmo2Config
+
+    config = shrink_config(Molmo2Config())
+    config.validate()
+    assert config.adapter_config.vision_feature_layer == [-1, -2]
+    _forward(build_tiny("Molmo2Model"))
