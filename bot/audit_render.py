@@ -23,13 +23,16 @@ def _due_text(row: EntryReport | WorkaroundReport) -> str:
 
 def render_table(report: AuditReport) -> Table:
     """One row per entry: id and models; verdict, upstream (owner/repo#N) and why, each said once."""
-    from bot.terminal import compact_table
+    from bot.terminal import compact_table, short_link
 
     title = f"audit of {len(report.entries)} ledger entries" + (
         " (PARTIAL: rate limited)" if report.partial else ""
     )
     table = compact_table("entry (models)", "verdict · upstream: why", title=title)
     table.columns[0].width = min(46, max((len(r.entry.id) for r in report.entries), default=5))
+    # An upstream link is never folded: the id column gives way first (a long id folds, a link must stay copyable).
+    table.columns[1].min_width = max((len(short_link(r.entry.upstream)) for r in report.entries if r.entry.upstream),
+                                     default=None)
     for row in report.entries:
         table.add_row(f"{row.entry.id}\n[dim]{escape(', '.join(row.entry.models))}[/dim]",
                       _verdict_cell(row, row.entry.upstream))

@@ -63,7 +63,7 @@ class FiredExport:
 
 @dataclass(frozen=True)
 class IndexRow:
-    """One workaround: its registry metadata (None when it fired but is no longer registered) and exports."""
+    """One workaround: its registry metadata (None only in hand-built indexes) and the exports it fired in."""
 
     name: str
     exports: tuple[FiredExport, ...]
@@ -81,6 +81,8 @@ class WorkaroundIndex:
     rows: tuple[IndexRow, ...]
     sources: tuple[str, ...] = ()
     versions: Mapping[str, list[str]] = field(default_factory=dict)
+    # Fired in records made before the workaround was deleted from the source: name → how many exports.
+    removed: Mapping[str, int] = field(default_factory=dict)
 
     def exports_of(self, name: str) -> tuple[FiredExport, ...]:
         return next((row.exports for row in self.rows if row.name == name), ())
@@ -90,6 +92,7 @@ class WorkaroundIndex:
             "schema": INDEX_SCHEMA,
             "sources": list(self.sources),
             "versions": {name: list(found) for name, found in self.versions.items()},
+            "removed": dict(self.removed),
             "workarounds": [
                 {
                     "name": row.name,
@@ -109,7 +112,11 @@ def build_index(
     sources: Sequence[str] = (),
 ) -> WorkaroundIndex:
     """The index of ``records`` (sweep records, already merged: one per key), every registered workaround
-    included even when it never fired (an empty row is worth seeing: dead or not covered by the sweep)."""
+    included even when it never fired (an empty row is worth seeing: dead or not covered by the sweep).
+
+    A name that fired but is no longer registered was deleted after those records were made (removing
+    workarounds is the point); it gets no row, only a count in ``removed``, so deleting one does not need
+    the whole catalogue swept again before the index is current."""
     fired: dict[str, list[FiredExport]] = {}
     versions: dict[str, set[str]] = {}
     for record in records:
@@ -120,9 +127,9 @@ def build_index(
                 record["model"], record["backend"], record["mode"], record["status"], int(hits)
             )
             fired.setdefault(name, []).append(export)
-    names = sorted(set(fired) | set(registered))
-    rows = tuple(IndexRow(n, tuple(sorted(fired.get(n, ()))), registered.get(n)) for n in names)
-    return WorkaroundIndex(rows, tuple(sources), {k: sorted(v) for k, v in sorted(versions.items())})
+    rows = tuple(IndexRow(n, tuple(sorted(fired.get(n, ()))), registered[n]) for n in sorted(registered))
+    removed = {name: len(exports) for name, exports in sorted(fired.items()) if name not in registered}
+    return WorkaroundIndex(rows, tuple(sources), {k: sorted(v) for k, v in sorted(versions.items())}, removed)
 
 
 def select_probes(exports: Iterable[FiredExport], limit: int = DEFAULT_PROBE_LIMIT) -> list[Export]:
@@ -179,7 +186,7 @@ def index_from_dict(data: Any, source: str) -> WorkaroundIndex:
         )
     except (KeyError, TypeError) as error:
         raise WorkaroundIndexError(f"{source}: malformed workaround row ({error})") from None
-    return WorkaroundIndex(rows, tuple(data.get("sources", ())), data.get("versions", {}))
+    return WorkaroundIndex(rows, tuple(data.get("sources", ())), data.get("versions", {}), data.get("removed", {}))
 
 
 def load_index(path: Path) -> WorkaroundIndex:
@@ -221,6 +228,9 @@ def render_markdown(index: WorkaroundIndex, command: str, limit: int = DEFAULT_P
         f"that passed with it. *probes*: the passing exports `exportbot audit --workarounds` re-runs without "
         f"it (at most {limit}, see bot/workaround_index.py).",
         "",
+        *(["Removed from the source since these records were made (fired in that many exports): "
+           + ", ".join(f"`{name}` ({count})" for name, count in index.removed.items()) + ".", ""]
+          if index.removed else []),
         "| workaround | kind | backend | upstream | dependency | fired in | passing | backend/mode | probes |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]

@@ -3,7 +3,8 @@
 Stages, each under its banner below (``grep -nE "^def (_patch_|_fix_|_aten_)"`` lists every workaround):
 
 1. Torch patches — ``@register_patch("onnx", ...)`` for torch ops the ONNX exporter cannot translate.
-2. ONNX patches — a hook that re-runs the FX node fixes right after torch.onnx's ``run_decompositions``.
+2. ONNX patches — ``@register_patch("onnx", ...)`` on torch.onnx and onnxscript internals (the optimizer's
+   rules, output handling).
 3. FX fixes — ``@register_fx_program_fix("onnx")`` on the whole program, then ``@register_fx_node_fix("onnx")``
    on each node, for what the ONNX exporter cannot lower.
 4. ONNX translations — ``_ONNX_TRANSLATION_TABLE``: aten op → custom onnxscript function ``_aten_*``.
@@ -264,30 +265,7 @@ def _patch_vmap_mask_expansion_for_onnx(original: Callable) -> Callable:
 
 
 # ── Stage 2: ONNX patches ──
-# torch.onnx.export runs its own run_decompositions with the ONNX decomposition table; that can introduce new
-# shape-guard nodes the FX node fixes (stage 3) must see before lowering. This hook re-runs them right there.
-@register_patch(
-    "onnx",
-    "torch.onnx._internal.exporter._core._prepare_exported_program_for_export",
-    dependency="torch",
-)
-def _patch_prepare_for_export(original: Callable) -> Callable:
-    """Re-run the ONNX FX node fixes right after torch.onnx's internal run_decompositions.
-
-    No upstream bug is known to need it: on torch 2.13.0 the re-run rewrote no node in five tiny exports (T5Model
-    and BertModel dynamic; XLNetModel, AfmoeModel and ASTModel static, among them the models the node fixes were
-    written for) while the first pass rewrote 2-16 nodes in each, so there is no failure to report upstream. A
-    candidate for removal once exports without it (``without``) confirm that across the catalogue.
-    """
-
-    def prepare(exported_program: Any, *args: Any, **kwargs: Any) -> Any:
-        prepared = original(exported_program, *args, **kwargs)
-        apply_fx_node_fixes(prepared.graph_module, "onnx")
-        return prepared
-
-    return prepare
-
-
+# Patches of torch.onnx and onnxscript internals, active only inside the export call.
 @register_patch(
     "onnx", "onnxscript.rewriter._matcher.SimplePatternMatcher._match_constant", dependency="onnxscript",
 )  # fmt: skip

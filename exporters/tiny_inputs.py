@@ -143,7 +143,9 @@ def _patch_width(config: Any) -> int:
 def _make_embeds(name: str, config: Any, batch: int, sequence: int, generator: torch.Generator) -> torch.Tensor | None:
     """Embedding-level inputs, for models that take no token ids, pixels or audio (sub-modules of a larger model)."""
     hidden = _width(config)
-    if name in ("inputs", "query_embeds", "noise_embeds"):  # Perceiver, Q-Former queries, drafter noise blocks
+    # Perceiver, Q-Former queries, drafter noise blocks, encoders fed by another model's frames (Nemotron 3.5
+    # Transcribe's word-timestamp head: ``main_input_name = "inputs_embeds"``, no token ids)
+    if name in ("inputs", "query_embeds", "noise_embeds", "inputs_embeds"):
         return torch.randn(batch, sequence, hidden, generator=generator)
     if name == "latents":  # codec decoders (Mimi): channels first, one frame per step
         return torch.randn(batch, hidden, sequence, generator=generator)
@@ -207,7 +209,7 @@ def _make_series(name: str, config: Any, batch: int, generator: torch.Generator)
 _PRIMARY = ("input_ids", "pixel_values", "input_values", "input_features", "past_values", "pixel_values_videos")
 _COMPANIONS = ("attention_mask", "token_type_ids", "bbox")
 # Primaries of models that take none of the above (checked only then, in signature order).
-_EMBEDDING_PRIMARY = ("inputs", "query_embeds", "noise_embeds", "latents", "hidden_states")
+_EMBEDDING_PRIMARY = ("inputs", "query_embeds", "noise_embeds", "latents", "hidden_states", "inputs_embeds")
 _EMBEDDING_COMPANIONS = ("encoder_hidden_states",)
 # Required inputs that describe a patch grid: the images are then given as patch sequences.
 _PATCH_GRID = ("grid_thw", "pixel_position_ids", "pixel_attention_mask", "spatial_shapes")

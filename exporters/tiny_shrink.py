@@ -81,6 +81,10 @@ _FIXED: dict[str, Any] = {
     # Detection queries pick the top-k of the encoder's anchors, of which a 32-pixel image has a few dozen.
     "num_queries": lambda old: min(old, 10) if isinstance(old, int) else old,
     "context_length": lambda old: min(old, 32) if isinstance(old, int) else old,  # time series (TimesFm: 16,384)
+    # X-vector heads: a TDNN stack of 512-1,500 channels under the tiny initialiser_range of 0.1 grew about 3x per
+    # layer (fan-in 2,560) to 1,590 at the logits, where float32 rounding alone misses the tolerance.
+    "tdnn_dim": lambda old: type(old)(min(v, INTERMEDIATE) for v in old) if _ints(old) else old,
+    "xvector_output_dim": lambda old: min(old, HIDDEN) if isinstance(old, int) else old,
 }
 MAX_LAYERS = 8  # hybrid stacks keep the shortest prefix holding every layer kind, up to this many layers
 
@@ -130,21 +134,66 @@ def shrink_config(config: Any, keep_stage_widths: bool = False) -> Any:
     import copy
 
     tied = _sizes_before(config)
-    for name, sub in _sub_configs(config):
-        old_sizes = (vars(sub).get("patch_size"), _width(sub))
-        setattr(config, name, shrink_config(sub, keep_stage_widths))
-        _follow_sub_config(config, old_sizes, getattr(config, name))
+    kinds = _derived_layer_kinds(config)
+    # The full-size fields, before the sub-configs' sizes are followed: a followed field counts as changed, so the
+    # rebuild keeps it even where ``__post_init__`` would derive it (Sam2's ``backbone_channel_list``).
     before = {k: v for k, v in vars(config).items() if not isinstance(v, torch.nn.Module)}
     before = copy.deepcopy({k: v for k, v in before.items() if k not in dict(_sub_configs(config))})
+    for name, sub in _sub_configs(config):
+        old_sizes = (vars(sub).get("patch_size"), _width(sub), _stage_lists(sub))
+        setattr(config, name, shrink_config(sub, keep_stage_widths))
+        _follow_sub_config(config, old_sizes, getattr(config, name))
+    _index_shrunk_vision_layers(config, tied[0].get("vision_config", {}))
     per_layer = _per_layer_overrides(config)
     _shrink_fields(config, keep_stage_widths)
     if per_layer is not None:  # heterogeneous configs: every layer's overrides are shrunk by the same rules
         layers = next((vars(config)[f] for f in _LAYER_FIELDS if isinstance(vars(config).get(f), int)), 0)
         per_layer = {i: _shrunk_overrides(o) for i, o in per_layer.items() if i < layers}
+    from exporters.tiny_validators import retie, satisfy_validator  # (it reads this module's size rules)
+
     shrunk = _fill_missing(_rebuild(config, before, per_layer))
-    if _retie(shrunk, *tied):  # the constructor validated the untied config away: rebuild with the ties
+    # The constructor validated the broken config away (it keeps the in-place one, without its derived fields):
+    # make it valid again, then rebuild so that ``__post_init__`` derives from the valid sizes.
+    if retie(shrunk, *tied) or satisfy_validator(shrunk, before, tied[0]):
+        shrunk = _fill_missing(_rebuild(shrunk, before, per_layer))
+    if _deepen_to_every_layer_kind(shrunk, kinds):
         shrunk = _fill_missing(_rebuild(shrunk, before, per_layer))
     return shrunk
+
+
+_KIND_PROPERTIES = ("layer_types", "layers_block_type")
+
+
+def _derived_layer_kinds(config: Any) -> set[str]:
+    """The kinds of layer a config derives from a pattern rather than lists (a ``layer_types`` property):
+    Jamba's attention every ``attn_layer_period`` layers from ``attn_layer_offset``, RecurrentGemma's repeated
+    ``block_types``. Stored lists are ``_truncate_per_layer_lists``' business."""
+    for name in _KIND_PROPERTIES:
+        if name in vars(config) or (getattr(type(config), "attribute_map", None) or {}).get(name) in vars(config):
+            continue
+        try:
+            value = getattr(config, name, None)
+        except Exception:  # per-layer configs refuse some global reads
+            continue
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return set(value)
+    return set()
+
+
+def _deepen_to_every_layer_kind(config: Any, kinds: set[str]) -> bool:
+    """Grow the layer count (up to ``MAX_LAYERS``) until the shrunk stack derives every kind of layer the full
+    one has: two layers of Jamba are both Mamba (attention first comes at layer 4), and a stack without one
+    attention layer has no cache layer that ``get_seq_length`` may ask. True when the count changed."""
+    field = next((f for f in _LAYER_FIELDS if isinstance(vars(config).get(f), int)), None)
+    if field is None or len(kinds) < 2:
+        return False
+    start = vars(config)[field]
+    for layers in range(start, MAX_LAYERS + 1):
+        setattr(config, field, layers)
+        if kinds <= _derived_layer_kinds(config):
+            return layers != start
+    setattr(config, field, start)
+    return False
 
 
 def _sizes_before(config: Any) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
@@ -155,84 +204,57 @@ def _sizes_before(config: Any) -> tuple[dict[str, dict[str, int]], dict[str, int
     return fields, widths
 
 
-_TIE_RATIOS = (1, 2, 4, 8)
-_MAX_TIES = 8
-
-
-def _retie(config: Any, fields: dict[str, dict[str, int]], widths: dict[str, int]) -> bool:
-    """Re-establish cross-config sizes that the config's own validator requires and shrinking broke, one at a
-    time, as the validator names them (``adaptor_config.intermediate_size`` must equal ``text_config.hidden_size
-    // 4``, ``vision_config.out_hidden_size`` the text width, ``flow_head_config.condition_dim`` the parent's):
-    a named sub-config field whose full-size value was another config's full-size width (divided by 1, 2, 4 or
-    8) becomes that config's shrunk width divided alike. True when something was re-tied and the config now
-    validates; otherwise every change is undone and the validator's error shows at the build."""
-    if not callable(getattr(config, "validate", None)):
-        return False
-    subs = dict(_sub_configs(config))
-    now = {"": _own_width(config), **{n: _own_width(s) for n, s in subs.items()}}
-    undo: list[tuple[Any, str, Any]] = []
-    for _ in range(_MAX_TIES):
-        message = _invalid(config)
-        if message is None:
-            return bool(undo)
-        tie = _tie_one(config, subs, fields, widths, now, message)
-        if tie is None:
-            break
-        undo.append(tie)
-    for sub, field, value in reversed(undo):
-        setattr(sub, field, value)
-    return False
-
-
-def _tie_one(
-    config: Any, subs: dict[str, Any], fields: dict[str, dict[str, int]], widths: dict[str, int],
-    now: dict[str, int | None], message: str,
-) -> tuple[Any, str, Any] | None:
-    """Tie the first field the validator's ``message`` names that some tie clears; (sub, field, old value)."""
-    for name, sub in subs.items():
-        for field, old in fields.get(name, {}).items():
-            named = f"{name}.{field}"
-            if named not in message:
-                continue
-            before = vars(sub)[field]
-            for value in _tied_values(old, name, widths, now):
-                setattr(sub, field, value)
-                after = _invalid(config)
-                if after is None or named not in after:
-                    return sub, field, before
-            setattr(sub, field, before)
-    return None
-
-
-def _tied_values(old: int, owner: str, widths: dict[str, int], now: dict[str, int | None]) -> list[int]:
-    values = []
-    for source, width in widths.items():
-        shrunk = now.get(source)
-        ratio = next((k for k in _TIE_RATIOS if width % k == 0 and old == width // k), None)
-        if source != owner and shrunk and ratio is not None and shrunk // ratio > 0:
-            values.append(shrunk // ratio)
-    return values
-
-
-def _invalid(config: Any) -> str | None:
-    try:
-        config.validate()
-    except Exception as error:  # the validator's message names the fields it wants tied
-        return str(error)
-    return None
-
-
-def _follow_sub_config(config: Any, old_sizes: tuple[Any, int], sub: Any) -> None:
+def _follow_sub_config(config: Any, old_sizes: tuple[Any, int, dict[str, list[int]]], sub: Any) -> None:
     """A parent's copies of its sub-config's sizes follow the shrunk sub-config: the ``patch_size`` it reshapes
     the backbone's tokens by, the ``*_hidden_size`` channels it reads from it (DepthAnything's
-    ``reassemble_hidden_size``), when they equal the sub-config's full-size values."""
-    old_patch, old_width = old_sizes
+    ``reassemble_hidden_size``), the per-stage channels it reads, in the sub-config's order or reversed (Sam2's
+    ``backbone_channel_list`` is the Hiera ``embed_dim_per_stage`` from the deepest stage), when they equal the
+    sub-config's full-size values."""
+    old_patch, old_width, old_lists = old_sizes
     fields = vars(config)
     if fields.get("patch_size") == old_patch != vars(sub).get("patch_size"):
         config.patch_size = vars(sub)["patch_size"]
     for name in list(fields):
         if name.endswith("hidden_size") and name not in _HIDDEN_FIELDS and fields[name] == old_width != _width(sub):
             setattr(config, name, _width(sub))
+    new_lists = _stage_lists(sub)
+    for name in list(fields):
+        value = fields[name]
+        if name in _LIST_WIDTH_FIELDS or not _ints(value):
+            continue
+        for field, old in old_lists.items():
+            new = new_lists.get(field, old)
+            if new != old and list(value) in (old, old[::-1]):
+                setattr(config, name, type(value)(new if list(value) == old else new[::-1]))
+                break
+
+
+def _index_shrunk_vision_layers(config: Any, full_vision: dict[str, int]) -> None:
+    """Vision feature layers picked among the full-size vision tower's layers (Molmo2's adapter reads layers
+    [24, 18] of 25) that the shrunk tower lacks are counted from its end instead, as far from the last layer as
+    the tower allows (-1, -2 of 2): ``*feature_layer*`` fields of the config and its sub-configs whose indices all
+    count from the start (VipLlava's mixed [-2, -5, -8, -11, 6] is left as it is: it builds and exports today)."""
+    vision = vars(config).get("vision_config")
+    old = next((full_vision[f] for f in _LAYER_FIELDS if f in full_vision), None)
+    layers = next((vars(vision)[f] for f in _LAYER_FIELDS if isinstance(vars(vision).get(f), int)), None) if vision else None
+    if not old or not layers or layers >= old:
+        return
+    for owner in (config, *(sub for _, sub in _sub_configs(config))):
+        for name, value in list(vars(owner).items()):
+            if "feature_layer" not in name:
+                continue
+            one = type(value) is int
+            indices = [value] if one else value if _ints(value) else None
+            if indices is None or min(indices) < 0 or all(i < layers for i in indices):
+                continue
+            moved = [max(i - old, -layers) if i >= layers else i for i in indices]
+            setattr(owner, name, moved[0] if one else type(value)(moved))
+
+
+def _stage_lists(config: Any) -> dict[str, list[int]]:
+    """A config's per-stage width lists (``hidden_sizes``, ... and those ``_scale_stage_widths`` scales)."""
+    fields = vars(config)
+    return {n: list(fields[n]) for n in (*_LIST_WIDTH_FIELDS, *_SCALED_STAGE_WIDTHS) if _ints(fields.get(n))}
 
 
 def _fill_missing(config: Any) -> Any:
@@ -279,6 +301,7 @@ def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
         if isinstance(fields.get(name), int) and fields[name] > HIDDEN:
             setattr(config, name, HIDDEN)
     width = next((fields[f] for f in _HIDDEN_FIELDS if isinstance(fields.get(f), int)), None)
+    _scale_stage_widths(config, old_hidden, width)
     if old_hidden and width and fields.get("embedding_size") == old_hidden:  # tied to the width (SqueezeBert)
         config.embedding_size = width
     elif width and isinstance(fields.get("embedding_size"), int) and fields["embedding_size"] > width:
@@ -377,6 +400,20 @@ def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
     _shrink_rope_sections(config)
     _shrink_images(config)
     _clamp_token_ids(config)
+
+
+# Per-stage widths that start at the config's width and grow with depth (Sam2's Hiera: 96, 192, 384, 768).
+_SCALED_STAGE_WIDTHS = ("embed_dim_per_stage",)
+
+
+def _scale_stage_widths(config: Any, old_width: int | None, width: int | None) -> None:
+    """Per-stage widths whose first stage is the config's width scale with it, keeping the ratios between the
+    stages (Sam2's Hiera: its 96-wide stem feeds a first stage of 96: hidden 32 makes 32, 64, 128, 256)."""
+    fields = vars(config)
+    for name in _SCALED_STAGE_WIDTHS:
+        value = fields.get(name)
+        if old_width and width and width < old_width and _ints(value) and value[0] == old_width:
+            setattr(config, name, type(value)(max(1, v * width // old_width) for v in value))
 
 
 def _sub_configs(config: Any) -> list[tuple[str, Any]]:

@@ -91,7 +91,7 @@ def test_stage_banners_are_in_order_and_workarounds_greppable():
     source = Path(exporter_onnx.__file__).read_text()
     assert [int(n) for n in re.findall(r"^# ── Stage (\d+):", source, flags=re.M)] == [1, 2, 3, 4, 5]
     workarounds = re.findall(r"^def ((?:_patch_|_fix_|_aten_)\w+)", source, flags=re.M)
-    assert "_fix_reshape_of_strided" in workarounds and "_patch_prepare_for_export" in workarounds
+    assert "_fix_reshape_of_strided" in workarounds and "_patch_exact_zero_in_no_op_rules" in workarounds
 
 
 def test_stage_seconds_account_for_the_whole_export_call(onnx_export):

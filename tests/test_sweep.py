@@ -256,6 +256,8 @@ def test_resume_skips_recorded_keys(tmp_path: Path) -> None:
         (["--shard", "0/3"], "--shard 0/3: i must be between 1 and n"),
         (["--ignore-ledger", "no-such-entry"], "--ignore-ledger no-such-entry: no ledger entry has that id"),
         (["--resume", "--overwrite"], "--resume and --overwrite contradict each other"),
+        (["--without", "_no_such_fix"], "no workaround named '_no_such_fix'"),
+        (["--backend", "dynamo", "--without", "_fix_rsub_scalar"], "a workaround of onnx, not of --backend dynamo"),
     ],
 )
 def test_run_refuses_bad_input_with_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
@@ -373,6 +375,7 @@ def test_warm_fork_sweep_records_passes_skips_and_a_segfault(
     result = CliRunner().invoke(sweep_group, [
         "run", "--classes", str(classes), "--backend", "dynamo", "--static", "--jobs", "1", "--timeout", "120",
         "--results", str(results), "--ignore-ledger", "vit-ignored", "--summary-md", str(tmp_path / "s.md"),
+        "--without", "_empty_caches_as_subtrees",
     ])  # fmt: skip
     assert result.exit_code == 0, result.output
     records = by_model(results)
@@ -383,6 +386,7 @@ def test_warm_fork_sweep_records_passes_skips_and_a_segfault(
     assert bert["schema"] == SCHEMA and bert["runner"] == "fork" and bert["mode"] == "static"
     assert bert["worker_pid"] != bert["child_pid"] and bert["peak_rss_mb"] > 0 and bert["startup_seconds"] < 1
     assert bert["versions"]["torch"] and bert["log_file"] is None
+    assert bert["workarounds_disabled"] == ["_empty_caches_as_subtrees"]  # --without reached the child's export
     from bot.verification import exporter_version
 
     assert {r["exporter_version"] for r in records.values()} == {exporter_version()}  # crashed and skipped too

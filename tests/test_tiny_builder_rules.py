@@ -235,3 +235,98 @@ def test_detr_family_builds_its_native_backbone_without_timm():
     tiny = build_tiny("ConditionalDetrModel")
     assert type(tiny.model.config.backbone_config).__name__ == "ResNetConfig"
     _forward(tiny)
+
+
+@pytest.mark.parametrize("name", ["LwDetrViTConfig", "EsmcConfig", "BambaConfig", "DepthProConfig", "EfficientLoFTRConfig"])
+def test_shrunk_configs_pass_their_own_validators_by_the_fields_they_name(name):
+    """Was: ``StrictDataclassClassValidationError ... 'validate_architecture'`` at save_pretrained (LW-DETR:
+    ``image_size`` 32 not a multiple of 16 windows' ``sqrt``; ESMC: ``num_key_value_heads (2) must equal
+    num_attention_heads (4)``; Bamba: ``mamba_n_heads must divide mamba_expand * hidden_size``)."""
+    import transformers
+
+    config = shrink_config(getattr(transformers, name)())
+    config.validate()
+    assert _width(config) <= 256  # (EfficientLoFTR's width must equal its last stage's, 256: its default)
+
+
+def test_a_validator_naming_no_field_gets_the_full_size_copies_of_a_width_tied():
+    """Was: ``vision adapter output width must match the text hidden size`` at save_pretrained (Dots3Note: the
+    vision and audio ``adapter_out_dim`` stayed 5,120, the full-size text width)."""
+    from transformers import Dots3NoteConfig
+
+    config = shrink_config(Dots3NoteConfig())
+    config.validate()
+    assert config.vision_config.adapter_out_dim == config.audio_config.adapter_out_dim == config.text_config.hidden_size
+
+
+def test_a_validated_config_is_rebuilt_so_that_its_derived_fields_follow():
+    """LW-DETR derives ``num_windows_side`` in ``__post_init__``: the valid config must be rebuilt, not patched."""
+    from transformers import LwDetrViTConfig
+
+    config = shrink_config(LwDetrViTConfig())
+    assert config.num_windows_side ** 2 == config.num_windows
+    assert config.image_size / config.num_windows % config.num_windows_side == 0
+
+
+def test_esmc_keeps_one_key_per_query_head_as_its_validator_requires():
+    """Was: ``Given normalized_shape=[32], expected input with shape [*, 32], but got input of size[2, 8, 16]``
+    (ESMC's q/k layer norms span all heads: grouped keys are half as wide)."""
+    tiny = build_tiny("EsmcModel")
+    assert tiny.model.config.num_key_value_heads == tiny.model.config.num_attention_heads
+    _forward(tiny)
+
+
+@pytest.mark.parametrize(("name", "kinds"), [("JambaConfig", {"full_attention", "linear_attention"}),
+                                             ("RecurrentGemmaConfig", {"sliding_attention", "linear_attention"})])
+def test_stacks_deriving_their_layer_kinds_keep_every_kind(name, kinds):
+    """Was: ``get_seq_length can only be called on Attention layers, and the current Cache seem to only contain
+    LinearAttention layers`` (two layers of Jamba are both Mamba: attention first comes at layer 4)."""
+    import transformers
+
+    config = shrink_config(getattr(transformers, name)())
+    assert set(config.layer_types) == kinds
+    assert len(config.layer_types) == config.num_hidden_layers <= 8
+
+
+def test_a_hybrid_stack_grown_to_hold_attention_runs():
+    _forward(build_tiny("JambaModel"))
+
+
+def test_xvector_heads_shrink_their_tdnn_widths_and_stay_of_order_one():
+    """Was: ``embeddings: mismatch: 2 of 1024 elements off (max abs diff 0.000687)`` on ONNX (Wav2Vec2ForXVector,
+    UniSpeechSatForXVector): 512-1,500 TDNN channels grew the embeddings to 599, where eager float32 against
+    float64 already missed the tolerance."""
+    tiny = build_tiny("Wav2Vec2ForXVector")
+    assert max(tiny.model.config.tdnn_dim) <= 64 and tiny.model.config.xvector_output_dim <= 32
+    embeddings = _forward(tiny).embeddings
+    assert 0.01 < embeddings.abs().max() < 10
+
+
+def test_forwards_fed_only_by_embeddings_get_inputs_embeds():
+    """Was: ``Nemotron3_5TranscribeWordTimestampModel: forward takes none of input_ids, pixel_values, ...``
+    (its forward takes another model's frames as ``inputs_embeds``, its ``main_input_name``)."""
+    tiny = build_tiny("Nemotron3_5TranscribeWordTimestampModel")
+    assert tiny.inputs["inputs_embeds"].shape == (2, 8, _width(tiny.model.config))
+    _forward(tiny)
+
+
+def test_stage_widths_starting_at_the_width_scale_with_it_and_parents_follow():
+    """Was: ``Given normalized_shape=[96], expected input with shape [*, 96], but got input of size[2, 8, 8, 32]``
+    (Sam2's Hiera: hidden 32 but ``embed_dim_per_stage`` 96..768), then, in Sam2VisionModel, ``weight of size
+    [256, 768, 1, 1], expected input[2, 256, 1, 1] to have 768 channels`` (its ``backbone_channel_list``)."""
+    tiny = build_tiny("Sam2VisionModel")
+    backbone = tiny.model.config.backbone_config
+    assert backbone.embed_dim_per_stage == [32, 64, 128, 256]
+    assert tiny.model.config.backbone_channel_list == [256, 128, 64, 32]
+    _forward(tiny)
+
+
+def test_vision_feature_layers_the_shrunk_tower_lacks_count_from_its_end():
+    """Was: ```adapter_config.vision_feature_layer` [24, 18] must index the 2 layers of `vision_config` `` at
+    save_pretrained (Molmo2: layers of the 25-layer full-size tower)."""
+    from transformers import Molmo2Config
+
+    config = shrink_config(Molmo2Config())
+    config.validate()
+    assert config.adapter_config.vision_feature_layer == [-1, -2]
+    _forward(build_tiny("Molmo2Model"))

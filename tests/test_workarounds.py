@@ -92,7 +92,6 @@ COVERAGE: dict[str, list[str]] = {
         "test_onnx_folding.py::test_chunk_of_a_dynamic_length_exports_unfolded_and_matches_eager",
         "test_onnx_folding.py::test_chunk_of_a_dynamic_length_fails_in_the_folder_without_the_patch",
     ],
-    "_patch_prepare_for_export": ["test_workarounds.py::test_prepare_hook_reruns_the_node_fixes_after_decomposition"],
     "_fix_reshape_of_strided": [
         "test_workarounds.py::test_reshape_fixes_keep_eager_values",
         "test_workarounds.py::test_t5_with_the_reshape_fix_matches_eager",
@@ -289,20 +288,6 @@ def test_view_fix_keeps_eager_values():
                 and n.args[0].target is torch.ops.aten.contiguous.default)
     assert view.args[0].args[0].target is torch.ops.aten.transpose.int
     assert_matches_eager(model, program_runner(program), inputs, {"x": torch.randn(2, 5, HEADS * HEAD_DIM)})
-
-
-def test_prepare_hook_reruns_the_node_fixes_after_decomposition():
-    """torch.onnx's own run_decompositions turns SDPA into its math form, whose transpose → view the node fixes
-    must see too: with the hook the view fix rewrites the decomposed graph a second time, without it once."""
-    torch.manual_seed(0)
-    model, inputs = AttentionView(), {"x": torch.randn(2, 5, HEADS * HEAD_DIM)}
-    hooked = OnnxExporter().export(model, inputs)
-    assert hooked.metadata.workarounds_fired["_patch_prepare_for_export"] == 1
-    assert hooked.metadata.workarounds_fired["_fix_view_of_transposed"] == 2
-    assert_matches_eager(model, hooked.run_artifact, inputs, {"x": torch.randn(2, 5, HEADS * HEAD_DIM) * 3})
-    unhooked = OnnxExporter(OnnxConfig(without=frozenset({"_patch_prepare_for_export"}))).export(model, inputs)
-    assert "_patch_prepare_for_export" not in unhooked.metadata.workarounds_fired
-    assert unhooked.metadata.workarounds_fired["_fix_view_of_transposed"] == 1
 
 
 class TanhGeluMlp(torch.nn.Module):

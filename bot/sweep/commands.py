@@ -165,6 +165,10 @@ def _publish_summary(records: Sequence[Mapping[str, Any]], summary_md: Path | No
 @click.option("--overwrite", is_flag=True, help="Delete an existing RESULTS first.")
 @click.option("--no-fork", is_flag=True,
               help="Start a fresh interpreter per export instead of forking a warm worker (slower; for comparison).")
+@click.option("--without", multiple=True, metavar="NAME",
+              help="Leave this workaround out of every export (repeatable; see `exportbot list-workarounds`): "
+                   "the catalogue-wide check that a workaround is still needed. Records list it in "
+                   "workarounds_disabled.")
 @click.option("--ignore-ledger", "ignore", multiple=True, metavar="ID|all",
               help="Export classes gated by this ledger entry anyway (repeatable) and record ledger_match.")
 @click.option("--summary-md", type=click.Path(dir_okay=False, path_type=Path),
@@ -174,8 +178,8 @@ def _publish_summary(records: Sequence[Mapping[str, Any]], summary_md: Path | No
 def run_command(backends: tuple[str, ...], modes: str, task: str | None, classes_file: Path | None,
                 patterns: tuple[str, ...],
                 limit: int | None, shard: str | None, jobs: int, timeout: float, memory_gb: float, results: Path,
-                logs_dir: Path | None, resume: bool, overwrite: bool, no_fork: bool, ignore: tuple[str, ...],
-                summary_md: Path | None, as_json: bool) -> None:
+                logs_dir: Path | None, resume: bool, overwrite: bool, no_fork: bool, without: tuple[str, ...],
+                ignore: tuple[str, ...], summary_md: Path | None, as_json: bool) -> None:
     """Export every selected (class, backend, mode), each in its own process, appending one record per export.
 
     Each export runs in a child forked from a warm worker (one per job) that imported torch and transformers
@@ -191,12 +195,19 @@ def run_command(backends: tuple[str, ...], modes: str, task: str | None, classes
     except ValueError as error:
         raise UsageProblem(str(error)) from None
     console = Console(stderr=True, markup=False)  # class names and paths are printed as they are
+    if without and task:
+        raise UsageProblem("--without applies to single-graph exports; for generation use "
+                           "`exportbot export CLASS --task ... --without NAME`")
+    from bot.export_checks import check_without
+
+    for backend in backends or BACKENDS:
+        check_without(without, backend, "xnnpack")
     ledger = _load_ledger_for_sweep(ignore)
     catalogue = generation_classes(task) if task and classes_file is None else _classes_from(classes_file)
     classes = select_classes(catalogue, patterns, shard_spec, limit)
     settings = SweepSettings(
         backends=backends or BACKENDS, jobs=jobs, timeout=timeout, memory_gb=memory_gb, fork=not no_fork,
-        ignore_ledger=ignore, logs_dir=logs_dir or results.with_suffix(".logs"),
+        without=without, ignore_ledger=ignore, logs_dir=logs_dir or results.with_suffix(".logs"),
     )  # fmt: skip
     done = _done_keys(results, resume, overwrite, console)
     chosen = (GENERATE,) if task else MODES if modes == "both" else (modes,)

@@ -174,6 +174,7 @@ class SweepSettings:
     timeout: float = 600.0
     memory_gb: float = 4.0
     fork: bool = True
+    without: tuple[str, ...] = ()  # workarounds left out of every export
     ignore_ledger: tuple[str, ...] = ()
     logs_dir: Path = Path("sweep-results.logs")
 
@@ -189,6 +190,7 @@ class SweepSettings:
         return ChildTask(
             task.model, task.backend, task.dynamic, list(self.ignore_ledger), self.timeout, self.memory_gb,
             self.threads, str(self.log_file(task)), str(self.logs_dir / f"{task.slug}.result.json"), task.generate,
+            list(self.without),
         )  # fmt: skip
 
     def runner(self, number: int) -> Runner:

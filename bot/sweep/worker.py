@@ -20,7 +20,7 @@ import sys
 import time
 import traceback
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -46,6 +46,7 @@ class ChildTask:
     log_file: str
     result_file: str
     generate: bool = False  # a generation export (bot.generate_outcome), not a single-graph one
+    without: list[str] = field(default_factory=list)  # workarounds left out (sweep run --without)
 
 
 @dataclass
@@ -135,7 +136,8 @@ def _child_body(task: ChildTask, spawned_at: float, spawned: bool) -> NoReturn:
 
             outcome = sweep_generation_outcome(task.model, task.backend, task.ignore_ledger)
         else:
-            request = ExportRequest(task.model, task.backend, task.dynamic, ignore_ledger=tuple(task.ignore_ledger))
+            request = ExportRequest(task.model, task.backend, task.dynamic, without=tuple(task.without),
+                                    ignore_ledger=tuple(task.ignore_ledger))
             outcome = export_one(request)
         _write_json_atomically(
             Path(task.result_file), {"outcome": outcome.as_dict(), "startup_seconds": startup_seconds}
