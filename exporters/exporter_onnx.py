@@ -227,23 +227,32 @@ def _patch_sdpa_boolean_mask(original: Callable) -> Callable:
     (microsoft/onnxscript#2479); since the mask fills with the dtype's lowest value instead of -inf
     (microsoft/onnxscript#2654) such a row no longer goes NaN, the guard never fires, and ONNX Runtime returns
     the mean of the values there (0.7 off eager on a 6×8 example). Here the mask goes in additive and the
-    row is zeroed on the output by a (batch, 1, query, 1) flag computed from the mask alone, which every
-    layer shares once the optimizer merges identical subgraphs: eager's numerics, and two fewer passes over
+    row is zeroed on the output by a (batch, 1, query, 1) flag computed from the mask alone, once for all the
+    layers that share the mask: eager's numerics, and two fewer passes over
     every layer's (batch, heads, query, key) weights (transformers hands SDPA a boolean mask whenever it
     traces, ViT and unpadded BERT too).
     """
+
+    # transformers hands every layer the same mask tensor: the additive mask and the row flag are built once
+    # per mask and dtype and reused, so a layer adds one ``mul`` to the traced graph, not seven nodes (each
+    # node is paid again by run_decompositions, translation and the optimizer: 17 % of a dynamic BERT export).
+    # Keyed by identity, holding the mask so its id cannot be reused; a new trace brings new mask objects.
+    built: dict[str, Any] = {}
 
     def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Any = None,
              *args: Any, **kwargs: Any) -> torch.Tensor:  # fmt: skip
         if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
             return original(query, key, value, attn_mask, *args, **kwargs)
-        # From 0-d tensors only: a zeros tensor of the mask's shape becomes one (batch, 1, query, key)
-        # initializer per layer in a static graph, and one ``Where`` per layer that CSE cannot merge.
-        kept = torch.zeros((), dtype=query.dtype, device=query.device)
-        lowest = torch.full((), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device)
-        additive = torch.where(attn_mask, kept, lowest)
-        output = original(query, key, value, additive, *args, **kwargs)
-        return output * attn_mask.any(dim=-1, keepdim=True).to(output.dtype)
+        if built.get("mask") is not attn_mask or built["dtype"] != query.dtype or built["device"] != query.device:
+            # From 0-d tensors only: a zeros tensor of the mask's shape becomes one (batch, 1, query, key)
+            # initializer in a static graph.
+            kept = torch.zeros((), dtype=query.dtype, device=query.device)
+            lowest = torch.full((), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device)
+            built.update(mask=attn_mask, dtype=query.dtype, device=query.device,
+                         additive=torch.where(attn_mask, kept, lowest),
+                         attended=attn_mask.any(dim=-1, keepdim=True).to(query.dtype))  # fmt: skip
+        output = original(query, key, value, built["additive"], *args, **kwargs)
+        return output * built["attended"]
 
     return sdpa
 

@@ -142,6 +142,37 @@ class TwoMaskedAttentionLayers(torch.nn.Module):
         return torch.nn.functional.scaled_dot_product_attention(first, key, value, attn_mask=keep)
 
 
+class TwoLayersTwoMasks(torch.nn.Module):
+    """Two SDPA calls with different boolean masks (a cross-attention layer after a self-attention one)."""
+
+    def forward(self, query, key, value, keep, other):
+        first = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=keep)
+        return torch.nn.functional.scaled_dot_product_attention(first, key, value, attn_mask=other)
+
+
+def _traced_ops(model: torch.nn.Module, inputs: dict) -> list[str]:
+    from exporters.utils import installed_patches
+
+    with installed_patches("onnx"):
+        program = torch.export.export(model, (), inputs)
+    return [str(node.target) for node in program.graph.nodes if node.op == "call_function"]
+
+
+def test_boolean_mask_is_made_additive_once_per_mask_in_the_traced_graph():
+    """Built once per mask while tracing, not merged later: each node the patch adds is paid again by
+    run_decompositions, translation and the optimizer. A second mask gets its own, and both stay exact."""
+    keep, other = torch.ones(2, 1, 6, 6, dtype=torch.bool), torch.ones(2, 1, 6, 6, dtype=torch.bool)
+    keep[0, 0, 0, :], other[1, 0, 2:, 3] = False, False
+    qkv = {"query": torch.randn(2, 2, 6, 8), "key": torch.randn(2, 2, 6, 8), "value": torch.randn(2, 2, 6, 8)}
+    shared = _traced_ops(TwoMaskedAttentionLayers(), {**qkv, "keep": keep})
+    assert shared.count("aten.where.self") == 1 and shared.count("aten.any.dim") == 1
+    separate = _traced_ops(TwoLayersTwoMasks(), {**qkv, "keep": keep, "other": other})
+    assert separate.count("aten.where.self") == 2 and separate.count("aten.any.dim") == 2
+    inputs = {**qkv, "keep": keep, "other": other}
+    result = OnnxExporter(OnnxConfig()).export(TwoLayersTwoMasks(), inputs, validate=True)
+    assert result.validation.status == "pass"
+
+
 def test_boolean_mask_becomes_additive_once_for_all_layers_and_stores_no_mask_sized_constant():
     """The additive mask is built from 0-d constants, so the layers share one ``Where`` after CSE and a static
     graph carries no (batch, 1, query, key) zeros initializer per layer (16 MB a layer at 2048 tokens)."""

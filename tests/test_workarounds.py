@@ -85,6 +85,7 @@ COVERAGE: dict[str, list[str]] = {
     "_patch_sdpa_boolean_mask": [
         "test_onnx.py::test_boolean_mask_sdpa_goes_additive_keeps_eager_numerics_and_drops_the_nan_guard",
         "test_onnx.py::test_boolean_mask_becomes_additive_once_for_all_layers_and_stores_no_mask_sized_constant",
+        "test_onnx.py::test_boolean_mask_is_made_additive_once_per_mask_in_the_traced_graph",
     ],
     "_patch_exact_zero_in_no_op_rules": [
         "test_generation_export_fixes.py::test_onnx_keeps_an_epsilon_of_1e_8_that_the_no_op_rules_would_delete"],
