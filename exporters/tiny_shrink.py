@@ -517,19 +517,21 @@ _SSM_HEADS = (
     ("n_mamba_heads", "mamba_headdim", "mamba_expand", "mamba_ngroups"),  # Zamba2
 )
 _SSM_STATE_FIELDS = ("state_size", "ssm_state_size", "mamba_d_state")
-_SSM_CHUNK_FIELDS = ("chunk_size", "mamba_chunk_size")
 SSM_STATE = 16
 
 
 def _fit_ssm_heads(config: Any) -> None:
     """Mamba-2 splits its ``expand * hidden_size`` inner channels into heads of a head dim: after shrinking, the
     heads are ``HEADS`` and the head dim follows (the full-size product of 128 heads of 64 is the inner width of
-    4,096 x 2), the B/C groups still divide the heads, and the SSM state and scan chunk are tiny too.
+    4,096 x 2), the B/C groups still divide the heads, and the SSM state is tiny too.
 
-    Why all of them: the chunked scan (no CUDA kernels here) materialises ``[batch, chunk, chunk, heads, state]``
-    score tensors over a sequence padded to the chunk size. Left at Falcon-H1's 128 heads, 256-wide state and
-    256-token chunk, one eager forward of the "tiny" model took 6.4 s and 500 MB (0.6 s and 15 MB shrunk), and its
-    generation export ran out of memory under the sweep's 4 GiB cap."""
+    Why: the chunked scan (no CUDA kernels here) materialises ``[batch, chunk, chunk, heads, state]`` score
+    tensors over a sequence padded to the chunk size. Left at Falcon-H1's 128 heads and 256-wide state, one eager
+    forward of the "tiny" model took 6.4 s and 500 MB (0.6 s and 15 MB shrunk), and its generation export ran out
+    of memory under the sweep's 4 GiB cap. The chunk (256) stays longer than every prompt a generation export
+    takes (``max_cache_len`` 64), so every prompt is padded, as in the full-size model: at an 8-token chunk the
+    8-token sample took the no-padding path and the exported prefill broke at the 6-token second shape (Zamba2:
+    ``cannot be reshaped ... Input shape:{3,8,4,16}, requested shape:{3,6,-1}``)."""
     fields = vars(config)
     width = _width(config)
     for heads_field, head_dim_field, expand_field, groups_field in _SSM_HEADS:
@@ -547,9 +549,6 @@ def _fit_ssm_heads(config: Any) -> None:
         for name in _SSM_STATE_FIELDS:
             if isinstance(fields.get(name), int) and fields[name] > SSM_STATE:
                 setattr(config, name, SSM_STATE)
-        for name in _SSM_CHUNK_FIELDS:
-            if isinstance(fields.get(name), int) and fields[name] > SEQUENCE:
-                setattr(config, name, SEQUENCE)
         return
 
 
