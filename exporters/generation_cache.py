@@ -20,10 +20,21 @@ One deliberate difference from ``generate()``'s cache: sliding-window layers (``
 the sliding half of ``LinearAttentionAndSlidingWindowAttentionLayer``) become full-length layers, and the model's
 own sliding-window mask hides the keys outside the window (docs/generation.md, "Sliding-window models"): one
 cache shape for every layer, and no Python-int ``cumulative_length`` baked into the graph.
+
+A second one: a linear-attention layer's prefill conv update takes one path for any prompt length
+(``_update_conv_state_any_length``). transformers pads the prompt's conv input to ``conv_kernel_size`` only when
+it is shorter (``if full_conv_states.shape[-1] < self.conv_kernel_size``, cache_utils.py:1215); torch.export takes
+the branch of the 8-token sample and guards ``sequence >= conv_kernel_size``, so a prefill exported with Lfm3's
+7-wide conv accepted only prompts of 7 to 64 tokens (the second validation shape, 6 tokens, was refused:
+``input 'input_ids' dim 1 (sequence) is 6, outside the exported range 7..64``), and every other hybrid's prompts
+had to be at least its conv width (4) long. Left-padding by the whole kernel width for every length stores the
+same conv state and, since every caller runs a causal conv over the returned states and keeps the last
+``seq_len`` outputs (zero left context either way), computes the same outputs, with no branch.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -91,7 +102,31 @@ def new_cache(model: torch.nn.Module) -> Any:
         elif type(layer) not in _layer_classes():
             raise ValueError(f"{type(model).__name__}: cache layer {i} is a {type(layer).__name__}, whose states the "
                              "generation cache layout does not know (exporters/generation_cache.py)")
+    from transformers.cache_utils import LinearAttentionCacheLayerMixin
+
+    for layer in cache.layers:
+        if isinstance(layer, LinearAttentionCacheLayerMixin):
+            layer.update_conv_state = functools.partial(_update_conv_state_any_length, layer)
     return cache
+
+
+def _update_conv_state_any_length(layer: Any, conv_states: torch.Tensor, state_idx: int = 0,
+                                  conv_kernel_size: int | None = None, **kwargs: Any) -> torch.Tensor:
+    """The layer's own ``update_conv_state``, with a prefill's input left-padded by the kernel width first.
+
+    Why: its prefill pads only an input shorter than the kernel, a branch on the prompt length that torch.export
+    turns into the guard ``sequence >= conv_kernel_size`` (module docstring). Padded by the whole width, the input
+    is never shorter, the stored state (its last ``conv_kernel_size`` columns) is the same, and the returned
+    states are the same columns behind more zeros, which the callers' causal conv reads as the zero left context
+    it has anyway. Decode steps (``has_previous_state``) and ``record_past`` are the layer's own path unchanged.
+    """
+    update = type(layer).update_conv_state
+    if layer.record_past or layer.has_previous_state[state_idx]:
+        return update(layer, conv_states, state_idx, conv_kernel_size, **kwargs)
+    if not layer.is_conv_states_initialized[state_idx]:  # as the layer would: sized by the kernel, not the padding
+        layer.lazy_initialization(conv_states=conv_states, state_idx=state_idx, conv_kernel_size=conv_kernel_size)
+    padded = torch.nn.functional.pad(conv_states, (layer.conv_kernel_size[state_idx], 0))
+    return update(layer, padded, state_idx, conv_kernel_size, **kwargs)
 
 
 def _tensors(cache: Any) -> list[tuple[CacheTensor, torch.Tensor]]:

@@ -14,10 +14,14 @@ from the model's forward signature and config, before anything is traced:
 * the drafting assistants' ``shared_kv_states`` (another model's keys and values) and Reformer's
   ``past_buckets_states`` are caches outside ``Cache`` as well.
 
-A stateful model (transformers' ``_is_stateful``: RecurrentGemma keeps its recurrent state in module attributes)
-is refused before tracing too: given the cache ``generate()`` builds, its first prefill fails inside
-``get_seq_length``. A model that takes ``past_key_values`` and returns no cache is caught at its first eager
-prefill by ``returned_cache``: a BERT-style encoder with
+A model whose forward takes ``past_key_values`` but declares an output with no ``past_key_values`` field
+(RecurrentGemma: ``-> CausalLMOutput``; it keeps its recurrent and conv states in module attributes) is refused
+before tracing too: given the cache ``generate()`` builds, its first prefill would fail inside
+``get_seq_length``. Not transformers' ``_is_stateful`` flag: it marks every model with recurrent states (it
+means "no cache rollback for assisted decoding"), and Qwen3-Next, Qwen3.5, Zamba2, Zaya, Falcon-H1, Kimi-Linear,
+NemotronH, OLMo-Hybrid and Bailing-Hybrid set it while keeping those states in the ``Cache``'s linear-attention
+layers, which the components carry (exporters/generation_cache.py). A model that takes ``past_key_values`` and
+returns no cache at run time is caught at its first eager prefill by ``returned_cache``: a BERT-style encoder with
 an LM head and ``config.is_decoder`` False turns its cache off (``use_cache = False`` unless ``is_decoder``,
 modeling_bert.py:639-642), and transformers warns "add `is_decoder=True`" for exactly this (the tiny builder's
 generation knobs set it: exporters.tiny_generation).
@@ -61,10 +65,25 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
         other = next((text for field, text in _OTHER_STATE.items() if field in parameters), None)
         return (f"{name} has no KV cache for a decode step: its forward takes no `past_key_values`"
                 + (f"; {other}" if other else "; generate() re-runs the whole sequence every step"))
-    if getattr(model, "_is_stateful", False):  # transformers' own flag: RecurrentGemma, whose cache is not its state
-        return (f"{name} has no KV cache for a decode step: it is a stateful model, keeping its recurrent state in "
-                "its modules between calls, outside transformers' Cache")
+    declared = _declared_outputs(model)
+    if declared and not any("past_key_values" in output.__dataclass_fields__ for output in declared):
+        return (f"{name} returns no KV cache ({' | '.join(output.__name__ for output in declared)} has no "
+                "past_key_values): it is a stateful model, keeping state in its modules between calls, outside "
+                "transformers' Cache")  # the words returned_cache said at the first prefill before this check
     return None
+
+
+def _declared_outputs(model: torch.nn.Module) -> list[type]:
+    """The output dataclasses (``ModelOutput``s) that ``model.forward``'s return annotation names; [] if none
+    (or if the annotations do not resolve: then ``returned_cache`` decides at the first prefill)."""
+    import typing
+
+    try:
+        annotation = typing.get_type_hints(type(model).forward).get("return")
+    except Exception:
+        return []
+    return [a for a in typing.get_args(annotation) or (annotation,)
+            if isinstance(a, type) and hasattr(a, "__dataclass_fields__")]
 
 
 def check_supported(model: torch.nn.Module) -> None:

@@ -75,6 +75,7 @@ _FIXED: dict[str, Any] = {
     "initializer_range": lambda old: 0.1 if isinstance(old, float) else old,
     "init_std": lambda old: 0.1 if isinstance(old, float) else old,  # the same std under its other name (Bart, PatchTSMixer)
     "n_group": lambda old: 1 if isinstance(old, int) else old,
+    "num_expert_group": lambda old: 1 if isinstance(old, int) else old,  # n_group stored under its alias target
     "topk_group": lambda old: 1 if isinstance(old, int) else old,
     "n_shared_experts": lambda old: min(old, 1) if isinstance(old, int) else old,
     "num_latents": lambda old: min(old, 16) if isinstance(old, int) else old,  # Perceiver latent array
@@ -443,9 +444,13 @@ def _rebuild(config: Any, before: dict[str, Any], per_layer: dict[int, dict[str,
     except Exception:  # a config without usable defaults: keep the in-place one
         return config
     subs = dict(_sub_configs(config))
+    aliases = getattr(cls, "attribute_map", None) or {}
     kwargs = {}
     for field in dataclasses.fields(cls):
-        if not field.init or field.name not in vars(config):
+        # A field named by an alias is stored under its target (Kimi-Linear's ``num_local_experts`` field lives in
+        # ``num_experts``): read it there, or the constructor's full-size default (256 experts) comes back.
+        stored = field.name if field.name in vars(config) else aliases.get(field.name, field.name)
+        if not field.init or stored not in vars(config):
             continue
         if field.default is not dataclasses.MISSING:
             declared = field.default
@@ -453,12 +458,12 @@ def _rebuild(config: Any, before: dict[str, Any], per_layer: dict[int, dict[str,
             declared = field.default_factory()
         else:
             declared = dataclasses.MISSING
-        derived = declared is not dataclasses.MISSING and _differs(fresh.get(field.name, declared), declared)
-        value = vars(config)[field.name]  # not getattr: per-layer attributes refuse global reads
+        derived = declared is not dataclasses.MISSING and _differs(fresh.get(stored, declared), declared)
+        value = vars(config)[stored]  # not getattr: per-layer attributes refuse global reads
         if field.name in _KEPT:  # chosen by a parent (not a default's); the constructor takes them without "_"
             if _differs(fresh.get(field.name), value):
                 kwargs[field.name.lstrip("_")] = value
-        elif not derived or field.name in subs or (field.name in before and _differs(before[field.name], value)):
+        elif not derived or field.name in subs or (stored in before and _differs(before[stored], value)):
             kwargs[field.name] = value
     if per_layer is not None:
         kwargs["per_layer_config"] = per_layer
@@ -504,17 +509,47 @@ def _truncate_per_layer_lists(config: Any, old_layers: int | None) -> None:
         setattr(config, name, value[:layers])
 
 
+# Mamba-2 state-space blocks, by config family: (heads, head dim, expand, B/C groups) field names.
+_SSM_HEADS = (
+    ("num_heads", "head_dim", "expand", "n_groups"),  # Mamba-2
+    ("mamba_n_heads", "mamba_d_head", "mamba_expand", "mamba_n_groups"),  # Bamba, GraniteMoeHybrid, Falcon-H1
+    ("mamba_num_heads", "mamba_head_dim", "expand", "n_groups"),  # NemotronH
+    ("n_mamba_heads", "mamba_headdim", "mamba_expand", "mamba_ngroups"),  # Zamba2
+)
+_SSM_STATE_FIELDS = ("state_size", "ssm_state_size", "mamba_d_state")
+SSM_STATE = 16
+
+
 def _fit_ssm_heads(config: Any) -> None:
-    """Mamba-2 splits its ``expand * hidden_size`` inner channels into ``num_heads`` heads of ``head_dim``: after
-    shrinking, the head dim follows (the full-size product of 128 heads of 64 is the inner width of 4,096 x 2),
-    and the B/C groups ``n_groups`` must still divide the heads."""
+    """Mamba-2 splits its ``expand * hidden_size`` inner channels into heads of a head dim: after shrinking, the
+    heads are ``HEADS`` and the head dim follows (the full-size product of 128 heads of 64 is the inner width of
+    4,096 x 2), the B/C groups still divide the heads, and the SSM state is tiny too.
+
+    Why: the chunked scan (no CUDA kernels here) materialises ``[batch, chunk, chunk, heads, state]`` score
+    tensors over a sequence padded to the chunk size. Left at Falcon-H1's 128 heads and 256-wide state, one eager
+    forward of the "tiny" model took 6.4 s and 500 MB (0.6 s and 15 MB shrunk), and its generation export ran out
+    of memory under the sweep's 4 GiB cap. The chunk (256) stays longer than every prompt a generation export
+    takes (``max_cache_len`` 64), so every prompt is padded, as in the full-size model: at an 8-token chunk the
+    8-token sample took the no-padding path and the exported prefill broke at the 6-token second shape (Zamba2:
+    ``cannot be reshaped ... Input shape:{3,8,4,16}, requested shape:{3,6,-1}``)."""
     fields = vars(config)
-    expand, heads, width = fields.get("expand"), fields.get("num_heads"), _width(config)
-    if not (isinstance(expand, int) and isinstance(heads, int) and isinstance(fields.get("head_dim"), int)):
+    width = _width(config)
+    for heads_field, head_dim_field, expand_field, groups_field in _SSM_HEADS:
+        expand = fields.get(expand_field)
+        if not (isinstance(expand, int) and isinstance(fields.get(heads_field), int)
+                and isinstance(fields.get(head_dim_field), int)):
+            continue
+        heads = min(fields[heads_field], HEADS)
+        setattr(config, heads_field, heads)
+        setattr(config, head_dim_field, expand * width // heads)
+        if isinstance(fields.get("mamba_d_ssm"), int):  # Falcon-H1's explicit inner width: heads x head dim
+            config.mamba_d_ssm = expand * width
+        if isinstance(fields.get(groups_field), int) and heads % fields[groups_field]:
+            setattr(config, groups_field, math.gcd(heads, fields[groups_field]))
+        for name in _SSM_STATE_FIELDS:
+            if isinstance(fields.get(name), int) and fields[name] > SSM_STATE:
+                setattr(config, name, SSM_STATE)
         return
-    config.head_dim = expand * width // heads
-    if isinstance(fields.get("n_groups"), int) and heads % fields["n_groups"]:
-        config.n_groups = math.gcd(heads, fields["n_groups"])
 
 
 def _shrink_out_indices(config: Any, old_layers: int | None) -> None:

@@ -114,3 +114,60 @@ def test_sliding_window_layers_are_full_length():
     model = torch.nn.Module()
     model.config = config
     assert [type(layer).__name__ for layer in new_cache(model).layers] == ["DynamicLayer", "DynamicLayer"]
+
+
+def _conv_cache_owner(kernel: int) -> torch.nn.Module:
+    """A module with a one-conv-layer config (Lfm3's layer types), for ``new_cache``."""
+    from transformers import AutoConfig
+
+    owner = torch.nn.Module()
+    owner.config = AutoConfig.for_model("lfm3", num_hidden_layers=1, layer_types=["conv"], conv_L_cache=kernel,
+                                        hidden_size=16, intermediate_size=16, num_attention_heads=2,
+                                        num_key_value_heads=1)
+    return owner
+
+
+class _PrefillConvUpdate(torch.nn.Module):
+    """What a conv layer's prefill does with the cache: update the conv state, conv causally, keep the last
+    ``seq_len`` columns (Lfm3ShortConv.forward); returns those and the stored state."""
+
+    def __init__(self, kernel: int):
+        super().__init__()
+        self.owner, self.kernel = _conv_cache_owner(kernel), kernel
+        self.weight = torch.nn.Parameter(torch.randn(4, 1, kernel))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cache = new_cache(self.owner)
+        full = cache.update_conv_state(x, 0, conv_kernel_size=self.kernel)
+        out = torch.nn.functional.conv1d(full, self.weight, padding=self.kernel - 1, groups=4)[..., :full.shape[-1]]
+        return out[..., -x.shape[-1]:], cache.get_conv_state(0)
+
+
+def test_prefill_conv_update_exports_for_prompts_shorter_than_the_kernel():
+    # transformers pads a prefill's conv input only when it is shorter than the kernel: traced at 8 tokens with
+    # Lfm3's 7-wide kernel, that branch guarded sequence >= 7 (the Lfm3 generation export's prefill accepted 7..64,
+    # and its 6-token second validation shape was refused). The components' cache takes one path for every length.
+    from torch.export import Dim
+    from transformers import DynamicCache
+
+    torch.manual_seed(0)
+    module = _PrefillConvUpdate(kernel=7)
+    program = torch.export.export(module, (torch.randn(2, 4, 8),),
+                                  dynamic_shapes=({2: Dim("sequence", min=1, max=64)},), strict=False)
+    for length in (3, 7, 8):
+        x = torch.randn(2, 4, length)
+        upstream = DynamicCache(config=module.owner.config)  # the layer's own, branching update
+        full = upstream.update_conv_state(x, 0, conv_kernel_size=7)
+        conv = torch.nn.functional.conv1d(full, module.weight, padding=6, groups=4)[..., :full.shape[-1]]
+        out, state = program.module()(x)
+        torch.testing.assert_close(out, conv[..., -length:], rtol=0, atol=1e-6)
+        torch.testing.assert_close(state, upstream.get_conv_state(0), rtol=0, atol=0)
+
+
+def test_a_prompt_shorter_than_the_conv_kernel_generates_what_the_model_generates(planned):
+    model, _, _, layout = planned("Lfm3ForCausalLM")  # 7-wide conv layers
+    prompts = sample_prompts(model, prompt_length=3)
+    plans = plan_components(model, prompts, GenerationExportConfig(), "onnx")
+    ours = EagerGeneration(plans, layout).generate(**prompts, max_new_tokens=6, min_new_tokens=6)
+    eager, _, _ = eager_generate(model, layout, prompts, 6)
+    assert ours.tokens.tolist() == eager.tolist()
