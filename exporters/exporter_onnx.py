@@ -233,26 +233,31 @@ def _patch_sdpa_boolean_mask(original: Callable) -> Callable:
     traces, ViT and unpadded BERT too).
     """
 
-    # transformers hands every layer the same mask tensor: the additive mask and the row flag are built once
-    # per mask and dtype and reused, so a layer adds one ``mul`` to the traced graph, not seven nodes (each
-    # node is paid again by run_decompositions, translation and the optimizer: 17 % of a dynamic BERT export).
-    # Keyed by identity, holding the mask so its id cannot be reused; a new trace brings new mask objects.
-    built: dict[str, Any] = {}
+    # transformers hands every layer the same mask tensor (an encoder-decoder alternates two: self and cross
+    # attention): the additive mask and the row flag are built once per mask and dtype and reused, so a layer
+    # adds one ``mul`` to the traced graph, not seven nodes (each node is paid again by run_decompositions,
+    # translation and the optimizer: 17 % of a dynamic BERT export). Found by identity; holding the masks
+    # keeps their ids from being reused, and a new trace brings new mask objects.
+    built: list[tuple[torch.Tensor, torch.dtype, torch.device, torch.Tensor, torch.Tensor]] = []
+
+    def additive_and_attended(mask: torch.Tensor, query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        for seen, dtype, device, additive, attended in built:
+            if seen is mask and dtype == query.dtype and device == query.device:
+                return additive, attended
+        # From 0-d tensors only: a zeros tensor of the mask's shape becomes one (batch, 1, query, key)
+        # initializer in a static graph.
+        kept = torch.zeros((), dtype=query.dtype, device=query.device)
+        lowest = torch.full((), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device)
+        additive, attended = torch.where(mask, kept, lowest), mask.any(dim=-1, keepdim=True).to(query.dtype)
+        built.append((mask, query.dtype, query.device, additive, attended))
+        return additive, attended
 
     def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Any = None,
              *args: Any, **kwargs: Any) -> torch.Tensor:  # fmt: skip
         if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
             return original(query, key, value, attn_mask, *args, **kwargs)
-        if built.get("mask") is not attn_mask or built["dtype"] != query.dtype or built["device"] != query.device:
-            # From 0-d tensors only: a zeros tensor of the mask's shape becomes one (batch, 1, query, key)
-            # initializer in a static graph.
-            kept = torch.zeros((), dtype=query.dtype, device=query.device)
-            lowest = torch.full((), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device)
-            built.update(mask=attn_mask, dtype=query.dtype, device=query.device,
-                         additive=torch.where(attn_mask, kept, lowest),
-                         attended=attn_mask.any(dim=-1, keepdim=True).to(query.dtype))  # fmt: skip
-        output = original(query, key, value, built["additive"], *args, **kwargs)
-        return output * built["attended"]
+        additive, attended = additive_and_attended(attn_mask, query)
+        return original(query, key, value, additive, *args, **kwargs) * attended
 
     return sdpa
 

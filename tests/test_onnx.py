@@ -143,11 +143,13 @@ class TwoMaskedAttentionLayers(torch.nn.Module):
 
 
 class TwoLayersTwoMasks(torch.nn.Module):
-    """Two SDPA calls with different boolean masks (a cross-attention layer after a self-attention one)."""
+    """Two decoder layers: self-attention and cross-attention each, alternating two boolean masks."""
 
     def forward(self, query, key, value, keep, other):
-        first = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=keep)
-        return torch.nn.functional.scaled_dot_product_attention(first, key, value, attn_mask=other)
+        for _ in range(2):
+            query = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=keep)
+            query = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=other)
+        return query
 
 
 def _traced_ops(model: torch.nn.Module, inputs: dict) -> list[str]:
@@ -160,7 +162,7 @@ def _traced_ops(model: torch.nn.Module, inputs: dict) -> list[str]:
 
 def test_boolean_mask_is_made_additive_once_per_mask_in_the_traced_graph():
     """Built once per mask while tracing, not merged later: each node the patch adds is paid again by
-    run_decompositions, translation and the optimizer. A second mask gets its own, and both stay exact."""
+    run_decompositions, translation and the optimizer. Alternating masks get one each, and stay exact."""
     keep, other = torch.ones(2, 1, 6, 6, dtype=torch.bool), torch.ones(2, 1, 6, 6, dtype=torch.bool)
     keep[0, 0, 0, :], other[1, 0, 2:, 3] = False, False
     qkv = {"query": torch.randn(2, 2, 6, 8), "key": torch.randn(2, 2, 6, 8), "value": torch.randn(2, 2, 6, 8)}
