@@ -27,7 +27,7 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
-from exporters import onnx_folding  # noqa: F401  (registers the onnxscript constant-folder patches)
+from exporters import onnx_folding, onnx_rewriter  # noqa: F401  (register the onnxscript optimizer patches)
 from exporters.base import ExportResult, config_as_dict, start_export
 from exporters.bundle import RUNTIMES, ComponentSpec
 from exporters.exporter_dynamo import DynamoConfig, DynamoExporter, describe_export, second_shape_inputs
@@ -282,6 +282,7 @@ def _patch_vmap_mask_expansion_for_onnx(original: Callable) -> Callable:
 # Patches of torch.onnx and onnxscript internals, active only inside the export call.
 @register_patch(
     "onnx", "onnxscript.rewriter._matcher.SimplePatternMatcher._match_constant", dependency="onnxscript",
+    counts_itself=True,
 )  # fmt: skip
 def _patch_exact_zero_in_no_op_rules(original: Callable) -> Callable:
     """Match a rewrite pattern's constant ``0`` only against an exact zero.
