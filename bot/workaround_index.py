@@ -63,7 +63,8 @@ class FiredExport:
 
 @dataclass(frozen=True)
 class IndexRow:
-    """One workaround: its registry metadata (None only in hand-built indexes) and the exports it fired in."""
+    """One workaround: its registry metadata (None only for a row read from an index written before deleted
+    workarounds were counted under ``removed``) and the exports it fired in."""
 
     name: str
     exports: tuple[FiredExport, ...]
