@@ -67,3 +67,25 @@ def matches_eager():
         return shape
 
     return check
+
+
+@pytest.fixture(scope="session")
+def executorch_needs():
+    """``executorch_needs(model, inputs, workaround, error)`` → the validated ExportResult with the workaround on.
+
+    The shape every ExecuTorch workaround test shares: with ``workaround`` the export fires it and matches eager;
+    ``--without`` it, lowering fails with ``error`` (a regex), so the test fails the day the workaround stops
+    being needed or stops working.
+    """
+    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+
+    def check(model, inputs, workaround: str, error: str):
+        fixed = ExecutorchExporter(ExecutorchConfig()).export(model, inputs, validate=True)
+        assert fixed.metadata.workarounds_fired.get(workaround, 0) >= 1, fixed.metadata.workarounds_fired
+        assert fixed.validation.status == "pass", fixed.validation.problems()
+        without = ExecutorchConfig(without=frozenset({workaround}))
+        with pytest.raises(Exception, match=error):
+            ExecutorchExporter(without).export(model, inputs)
+        return fixed
+
+    return check

@@ -72,30 +72,24 @@ def test_histc_rewrite_bins_exactly_like_aten():
         assert torch.equal(got, expected)
 
 
-def test_executorch_needs_histc_counted_by_compares():
+def test_executorch_needs_histc_counted_by_compares(executorch_needs):
     torch.manual_seed(0)
     model, inputs = Router(), {"x": torch.randn(2, 5, 8)}
-    fixed = ExecutorchExporter(ExecutorchConfig()).export(model, inputs, validate=True)
+    fixed = executorch_needs(
+        model, inputs, "_fix_histc_not_core_aten", r"aten\.histc\.default is not in Core ATen opset"
+    )
     assert fixed.metadata.workarounds_fired["_fix_histc_not_core_aten"] == 2
-    assert fixed.validation.status == "pass" and max(fixed.validation.max_abs_diff.values()) == 0.0
-    without = ExecutorchConfig(without=frozenset({"_fix_histc_not_core_aten"}))
-    with pytest.raises(Exception, match=r"aten\.histc\.default is not in Core ATen opset"):
-        ExecutorchExporter(without).export(model, inputs)
+    assert max(fixed.validation.max_abs_diff.values()) == 0.0
 
 
 # ── MoE experts ──
-def test_executorch_runs_moe_experts_as_batched_mm():
+def test_executorch_runs_moe_experts_as_batched_mm(executorch_needs):
     """One-layer Mixtral: the grouped_mm experts fail to lower (histc, then empty_permuted, sort, custom op)."""
     tiny = build_tiny("MixtralModel")
     tiny.model.config.use_cache = False
     tiny.model.layers = tiny.model.layers[:1]
-    fixed = ExecutorchExporter(ExecutorchConfig()).export(tiny.model, tiny.inputs, validate=True)
-    assert fixed.metadata.workarounds_fired["_patch_moe_experts_batched_mm"] >= 1
-    assert fixed.validation.status == "pass", fixed.validation.problems()
+    executorch_needs(tiny.model, tiny.inputs, "_patch_moe_experts_batched_mm", r"is not in Core ATen opset")
     assert tiny.model.config._experts_implementation != "batched_mm"  # the model's own setting is untouched
-    without = ExecutorchConfig(without=frozenset({"_patch_moe_experts_batched_mm"}))
-    with pytest.raises(Exception, match=r"is not in Core ATen opset"):
-        ExecutorchExporter(without).export(tiny.model, tiny.inputs)
 
 
 # ── Complex rotary embeddings ──
@@ -238,17 +232,15 @@ def test_swept_classes_pass_with_the_workaround_and_fail_without(model, backend,
 
 
 @pytest.mark.slow
-def test_mixtral_aux_loss_without_attention_mask_needs_histc_counted_by_compares():
+def test_mixtral_aux_loss_without_attention_mask_needs_histc_counted_by_compares(executorch_needs):
     """``load_balancing_loss_func`` counts tokens per expert with ``histc`` when no attention mask is given."""
     tiny = build_tiny("MixtralForCausalLM")
     tiny.model.config.output_router_logits, tiny.model.config.use_cache = True, False
     tiny.inputs.pop("attention_mask", None)
-    fixed = ExecutorchExporter(ExecutorchConfig()).export(tiny.model, tiny.inputs, validate=True)
-    assert fixed.metadata.workarounds_fired["_fix_histc_not_core_aten"] >= 1
-    assert fixed.validation.status == "pass" and "aux_loss" in fixed.metadata.output_names
-    without = ExecutorchConfig(without=frozenset({"_fix_histc_not_core_aten"}))
-    with pytest.raises(Exception, match=r"aten\.histc\.default is not in Core ATen opset"):
-        ExecutorchExporter(without).export(tiny.model, tiny.inputs)
+    fixed = executorch_needs(
+        tiny.model, tiny.inputs, "_fix_histc_not_core_aten", r"aten\.histc\.default is not in Core ATen opset"
+    )
+    assert "aux_loss" in fixed.metadata.output_names
 
 
 # ── _is_all_true (torch_compilable_check on a tensor condition) ──
@@ -274,11 +266,9 @@ def test_tensor_check_removal_drops_only_the_assertion():
     assert torch.equal(program.graph_module(x)[0], x * 2)
 
 
-def test_executorch_needs_tensor_checks_dropped():
+def test_executorch_needs_tensor_checks_dropped(executorch_needs):
     model, inputs = TensorChecked(), {"x": torch.randn(3, 4)}
-    fixed = ExecutorchExporter(ExecutorchConfig()).export(model, inputs, validate=True)
+    fixed = executorch_needs(
+        model, inputs, "_fix_tensor_check_not_core_aten", r"aten\._is_all_true\.default is not in Core ATen opset"
+    )
     assert fixed.metadata.workarounds_fired["_fix_tensor_check_not_core_aten"] == 1
-    assert fixed.validation.status == "pass"
-    without = ExecutorchConfig(without=frozenset({"_fix_tensor_check_not_core_aten"}))
-    with pytest.raises(Exception, match=r"aten\._is_all_true\.default is not in Core ATen opset"):
-        ExecutorchExporter(without).export(model, inputs)

@@ -64,14 +64,15 @@ def test_unique_consecutive_check_removal_drops_only_the_assertion():
     assert not drop_assertion_only_chain(used.graph_module, unique)
 
 
-def test_executorch_needs_the_unique_consecutive_check_dropped():
+def test_executorch_needs_the_unique_consecutive_check_dropped(executorch_needs):
     model, inputs = EosClassifier().eval(), {"input_ids": _ids()}
-    fixed = ExecutorchExporter(ExecutorchConfig()).export(model, inputs, validate=True)
+    fixed = executorch_needs(
+        model,
+        inputs,
+        "_fix_unique_consecutive_check_not_core_aten",
+        r"aten\.unique_consecutive\.default is not in Core ATen opset",
+    )
     assert fixed.metadata.workarounds_fired["_fix_unique_consecutive_check_not_core_aten"] == 1
-    assert fixed.validation.status == "pass"
-    without = ExecutorchConfig(without=frozenset({"_fix_unique_consecutive_check_not_core_aten"}))
-    with pytest.raises(Exception, match=r"aten\.unique_consecutive\.default is not in Core ATen opset"):
-        ExecutorchExporter(without).export(model, inputs)
 
 
 def test_a_used_unique_consecutive_still_fails_on_executorch():
