@@ -422,3 +422,17 @@ def test_fresh_process_sweep_kills_a_hang_and_survives_a_crash(
     for child in (hang["child_pid"], crash["child_pid"]):
         with pytest.raises(ProcessLookupError):
             os.killpg(child, 0)  # nothing of either export is left running
+
+
+def test_the_warm_worker_builds_xnnpack_pattern_graphs_for_its_children() -> None:
+    """Forked children inherit the pattern graphs only if the worker built them (bot/sweep/worker.py says why)."""
+    from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
+
+    from bot.sweep.worker import build_xnnpack_pattern_graphs
+
+    sdpa.get_graphs.cache_clear()
+    bilinear_2d._get_bilinear_2d_graphs.cache_clear()
+    build_xnnpack_pattern_graphs()
+    assert sdpa.get_graphs.cache_info().currsize == 1
+    assert bilinear_2d._get_bilinear_2d_graphs.cache_info().currsize == 1
+    assert len(sdpa.get_graphs()) == 2 and len(bilinear_2d.get_graphs_dict()) == 4

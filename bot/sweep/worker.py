@@ -212,7 +212,7 @@ def _fork_export(task: ChildTask, protocol_fd: int) -> ChildReport:
     return report
 
 
-def _warm_up() -> None:
+def _warm_up(backends: Iterable[str]) -> None:
     """Pay torch.export's one-time initialisation once, in the worker, instead of in every child.
 
     One thread only: libgomp's thread pool does not survive ``fork()``, so the worker never starts one;
@@ -222,6 +222,24 @@ def _warm_up() -> None:
 
     torch.set_num_threads(1)
     torch.export.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),))
+    if "executorch" in backends:
+        build_xnnpack_pattern_graphs()
+
+
+def build_xnnpack_pattern_graphs() -> None:
+    """Build the graphs XNNPACK's pattern passes match against, so every forked child inherits them.
+
+    Why: XNNPACK's ``preprocess`` runs ConvertToSDPAPass and ConvertToUpsampleBilinear2d on every lowering, and
+    each pass first exports and lowers its own reference modules (``partition/graphs/sdpa.py`` and
+    ``bilinear_2d.py`` in executorch 1.5.1, behind ``functools.lru_cache``): 2 SDPA and 4 bilinear graphs, about
+    17 s and 14 s of wall time in a fresh process here. The cache lives for one process, so a child forked
+    before it is filled pays that in every ExecuTorch export (benchmarks/bench_worker_warmup.py measures it).
+    """
+    with contextlib.suppress(ImportError):  # no executorch: its exports report that themselves
+        from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
+
+        sdpa.get_graphs()
+        bilinear_2d.get_graphs_dict()
 
 
 def _raise_system_exit(signum: int, _frame: Any) -> None:
@@ -238,8 +256,9 @@ def worker_main() -> None:
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     signal.signal(signal.SIGTERM, _raise_system_exit)
-    preload(json.loads(sys.argv[1]))
-    _warm_up()
+    backends = json.loads(sys.argv[1])
+    preload(backends)
+    _warm_up(backends)
     protocol.write(json.dumps({"ready": os.getpid()}) + "\n")
     for line in sys.stdin:
         report = _fork_export(ChildTask(**json.loads(line)), protocol.fileno())
