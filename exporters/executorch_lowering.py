@@ -1,0 +1,165 @@
+"""Stage 3 of the ExecuTorch exporter, continued: speed patches for ExecuTorch's lowering (``to_backend``).
+
+Registered with ``register_patch("executorch", ...)`` like the patches in ``exporters.exporter_executorch``, which
+imports this module, so every ExecuTorch export installs them. They change how fast the lowering runs, never
+what it produces: the serialized ``.pte`` is byte-identical with and without them
+(tests/test_executorch_lowering.py compares the bytes; ``--without NAME`` turns one off).
+
+Where the lowering's time goes (cProfile of ``ExecutorchExporter.export``, static XNNPACK, tiny models, this
+machine, 2026-12-01; cumulative seconds under cProfile, share of the export):
+
+* LlamaModel (13 XNNPACK partitions), 27 s: XNNPACK ``preprocess`` 13.3 s (48 %: its ~20 passes re-trace each
+  partition; 6.6 s of it builds the SDPA and bilinear pattern graphs once per process),
+  ``_gen_edge_manager_for_partitioners`` 10.2 s (37 %, ``run_decompositions`` 9.2 s), ``legalize_graph`` 0.5 s (2 %).
+* FunnelModel (63 partitions), 212 s: ``preprocess`` 82 s (38 %), ``_gen_edge_manager_for_partitioners`` 75 s
+  (34 %, ``run_decompositions`` 38 s), ``legalize_graph`` 21.5 s (10 %: 8.7 s copying 119,584 nodes, the rest
+  recompiling the whole module and its fused submodules 63 times), the group partitioner's
+  ``_can_merge_partitions`` 7.8 s (4 %), ``to_executorch`` 17 s (8 %).
+
+Only ``legalize_graph`` grows with partitions x graph size, so it dominates the graphs XNNPACK cuts into hundreds
+of partitions (Qwen3-Next: 447 partitions of a 5,091-node graph, 0.42 s per call, up to 187 s; sweeps/causes.toml,
+``executorch-xnnpack-many-partitions-slow-lowering``); the other costs grow linearly.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import copy
+import operator
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from exporters.utils import register_patch
+
+__all__ = ["legalized_order"]
+
+# The ops torch.fx's ``legalize_graph`` schedules first once they are ready (runtime assertions and the symbolic
+# arithmetic they read), in torch 2.13's torch/fx/passes/tools_common.py:278-296. The order computed here must be
+# the one ``legalize_graph`` computes; tests/test_executorch_lowering.py compares the two.
+_PRIORITIZED_OPS = (
+    operator.add, operator.mul, operator.sub, operator.floordiv, operator.truediv, operator.mod,
+    operator.le, operator.lt, operator.ge, operator.gt, operator.eq, operator.ne,
+    torch.ops.aten.sym_constrain_range.default, torch.ops.aten.sym_constrain_range_for_size.default,
+    torch.ops.aten._assert_async.msg, torch.ops.aten.scalar_tensor.default, torch.ops.aten._assert_scalar.default,
+)  # fmt: skip
+
+
+def legalized_order(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """The nodes of ``graph`` in the order ``legalize_graph`` gives them: Kahn's algorithm over ``node.users``, a FIFO
+    queue seeded in graph order, ready assertion/symbolic ops to the front. Raises on a cycle, as it does."""
+    nodes = list(graph.nodes)
+    waiting = dict.fromkeys(nodes, 0)
+    for node in nodes:
+        for user in node.users:
+            waiting[user] += 1
+    queue = collections.deque(node for node in nodes if waiting[node] == 0)
+    order = []
+    while queue:
+        node = queue.popleft()
+        order.append(node)
+        for user in node.users:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                if user.op == "call_function" and user.target in _PRIORITIZED_OPS:
+                    queue.appendleft(user)
+                else:
+                    queue.append(user)
+    if len(order) < len(nodes):
+        raise RuntimeError(f"Input graph has cycles, unable to add {[node for node in waiting if waiting[node] != 0]}")
+    return order
+
+
+def _legalize_in_place(graph_module: torch.fx.GraphModule) -> bool:
+    """Give ``graph_module`` the state ``legalize_graph`` leaves it in, moving its nodes instead of copying them.
+
+    ``legalize_graph`` builds a new graph from ``node_copy`` of every node in :func:`legalized_order`. What that
+    changes besides the order is done here too: each node's ``users`` are in the new order (the order a copy
+    registers them, which decides the next sort), each node gets a shallow copy of its ``meta`` (as ``node_copy``
+    does), the name table and find-nodes table are rebuilt from the sorted nodes alone, and the graph's tracer
+    fields are reset as on a fresh ``Graph``. Returns False, having changed nothing, if a name would not survive
+    a fresh name table (then the caller runs the original).
+    """
+    from torch.fx.graph import _FindNodesLookupTable, _Namespace
+
+    graph = graph_module.graph
+    order = legalized_order(graph)
+    names = _Namespace()
+    for node in order:
+        if names.create_name(node.name, None) != node.name:
+            return False
+        names.associate_name_with_obj(node.name, node)
+    position = {node: index for index, node in enumerate(order)}
+    lookup = _FindNodesLookupTable()
+    for node in order:
+        graph._root.prepend(node)  # to the end: after the loop the list is ``order``
+        lookup.insert(node)
+        node.meta = copy.copy(node.meta)
+        if len(node.users) > 1:
+            users = sorted(node.users, key=position.__getitem__)
+            node.users.clear()
+            node.users.update(dict.fromkeys(users))
+    graph._graph_namespace = names
+    graph._find_nodes_lookup_table = lookup
+    graph._tracer_cls, graph._tracer_extras, graph._co_fields, graph._used_names = None, None, {}, {}
+    return True
+
+
+# Graph modules that ``_create_partitions_in_graph_module`` is partitioning: id -> [module, code is stale].
+_DEFERRED_RECOMPILES: dict[int, list[Any]] = {}
+
+
+@contextlib.contextmanager
+def _recompiling_once(graph_module: torch.fx.GraphModule) -> Iterator[None]:
+    entry = _DEFERRED_RECOMPILES.setdefault(id(graph_module), [graph_module, False])
+    try:
+        yield
+    finally:
+        del _DEFERRED_RECOMPILES[id(graph_module)]
+        if entry[1]:
+            graph_module.recompile()
+
+
+@register_patch(
+    "executorch",
+    "executorch.exir.lowered_backend_module.legalize_graph",
+    "executorch.exir.backend.backend_api._create_partitions_in_graph_module",
+    upstream="https://github.com/pytorch/executorch/issues/6191",
+    dependency="executorch",
+)
+def _patch_partition_fusing_sorts_in_place(original: Callable) -> Callable:
+    """Sort the graph in place, and recompile it once, when ``to_backend`` fuses each partition into a submodule.
+
+    ``create_submodule_from_nodes`` (executorch/exir/lowered_backend_module.py:905-906, its TODO T153794167)
+    calls torch.fx's ``legalize_graph`` on the whole graph for every partition: a ``node_copy`` of every node
+    into a new graph, then ``GraphModule.recompile`` of the module and every fused submodule so far. Lowering
+    thus costs partitions x graph size: FunnelModel's 63 XNNPACK partitions spend 21.5 s of 212 s in it
+    (cProfile), and a 447-partition Qwen3-Next graph of 5,091 nodes ~0.42 s per partition. Here the same
+    order (``legalized_order``) is applied by moving the existing nodes (``_legalize_in_place``), and inside
+    ``_create_partitions_in_graph_module`` (backend_api.py:448, which fuses every partition of one graph
+    module and runs none of its code in between) the recompile is done once, when it returns. Everything the
+    lowering serializes is unchanged: the ``.pte`` bytes are identical with and without this patch. Related
+    upstream: pytorch/executorch#6191 (XNNPACK partitioning hangs on a large graph); the ready-to-file issue
+    for this cost is docs/upstream-drafts/_patch_partition_fusing_sorts_in_place.md.
+    """
+    if original.__name__ == "_create_partitions_in_graph_module":
+
+        def create_partitions(tagged_graph_module: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> Any:
+            with _recompiling_once(tagged_graph_module):
+                return original(tagged_graph_module, *args, **kwargs)
+
+        return create_partitions
+
+    def legalize_graph(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        if not _legalize_in_place(graph_module):
+            return original(graph_module)
+        deferred = _DEFERRED_RECOMPILES.get(id(graph_module))
+        if deferred is not None and deferred[0] is graph_module:
+            deferred[1] = True
+        else:
+            graph_module.recompile()
+        return graph_module
+
+    return legalize_graph

@@ -1,0 +1,126 @@
+"""The ExecuTorch lowering speed patches (exporters/executorch_lowering.py): same program, less work.
+
+A chain of 30 linear+relu blocks, each followed by a ``cumsum`` that XNNPACK does not take, is cut into 31
+partitions (~4 s to lower); it is lowered once with and once without the patch, and both results are shared.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.fx
+from torch.export import Dim
+from torch.fx.passes.tools_common import legalize_graph
+
+import exporters.executorch_lowering  # noqa: F401  (registers the patch)
+from exporters.executorch_lowering import _legalize_in_place, legalized_order
+
+PATCH = "_patch_partition_fusing_sorts_in_place"
+BLOCKS = 30
+
+
+class _Chain(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(BLOCKS))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = torch.cumsum(block(x).relu(), -1)
+        return x
+
+
+@pytest.fixture(scope="module")
+def chain_lowerings(monkeypatch_module):
+    """{"with": (result, full re-sorts), "without": (...)}: the chain lowered with and without the patch.
+
+    A full re-sort is one call of torch.fx's ``legalize_graph`` from ``create_submodule_from_nodes``; the patch
+    receives the counting wrapper as its ``original`` and calls it only when it cannot sort in place.
+    """
+    import executorch.exir.lowered_backend_module as lowered_backend_module
+
+    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+
+    full_sorts = []
+    original = lowered_backend_module.legalize_graph
+
+    def counting(graph_module):
+        full_sorts.append(len(graph_module.graph.nodes))
+        return original(graph_module)
+
+    monkeypatch_module.setattr(lowered_backend_module, "legalize_graph", counting)
+    torch.manual_seed(0)
+    model, inputs = _Chain().eval(), {"x": torch.randn(2, 8)}
+    results = {}
+    for key, without in (("with", frozenset()), ("without", frozenset({PATCH}))):
+        full_sorts.clear()
+        result = ExecutorchExporter(ExecutorchConfig(without=without)).export(model, inputs)
+        results[key] = (result, list(full_sorts))
+    return results
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def test_patch_sorts_in_place_instead_of_copying_the_graph_per_partition(chain_lowerings):
+    with_patch, sorts_with = chain_lowerings["with"]
+    _, sorts_without = chain_lowerings["without"]
+    partitions = with_patch.metadata.workarounds_fired[PATCH] - 1  # one call per partition, one for the loop
+    assert partitions == BLOCKS
+    assert len(sorts_without) == partitions and min(sorts_without) > 3 * BLOCKS  # each copies the whole graph (shrinking: 150 .. 92 nodes)
+    assert sorts_with == []
+
+
+def test_patch_changes_nothing_in_the_serialized_program(chain_lowerings, matches_eager):
+    with_patch, _ = chain_lowerings["with"]
+    without_patch, _ = chain_lowerings["without"]
+    assert PATCH not in without_patch.metadata.workarounds_fired
+    assert with_patch.artifact.buffer == without_patch.artifact.buffer
+    matches_eager(with_patch, with_patch.run_artifact)
+
+
+def _program_with_assertions() -> torch.fx.GraphModule:
+    """A graph with symbolic arithmetic, a runtime assertion and a node with several users, nodes reversed."""
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            n = x.shape[0]
+            positive = (x > 0).sum().item()
+            torch._check(positive <= n * 6)
+            y = x.relu()
+            return (y + y.sum()).reshape(n * 2, -1) * y.reshape(n * 2, -1) * positive
+
+    program = torch.export.export(Model(), (torch.randn(4, 6),), dynamic_shapes={"x": {0: Dim("n", min=2, max=64)}})
+    graph_module = program.graph_module
+    first = next(iter(graph_module.graph.nodes))
+    for node in list(graph_module.graph.nodes)[1:]:
+        first.prepend(node)  # any order: legalize_graph sorts from the dependencies alone
+    return graph_module
+
+
+def _state(graph_module: torch.fx.GraphModule) -> list[tuple]:
+    return [
+        (node.name, node.op, str(node.target), [user.name for user in node.users], sorted(node.meta))
+        for node in graph_module.graph.nodes
+    ]
+
+
+def test_in_place_sort_leaves_the_graph_as_legalize_graph_does():
+    reference, ours = _program_with_assertions(), _program_with_assertions()
+    targets = {str(node.target) for node in reference.graph.nodes}
+    assert {"aten._assert_scalar.default", "<built-in function mul>"} <= targets  # prioritised ops are there
+    assert [node.name for node in legalized_order(ours.graph)] == [node.name for node in
+                                                                   legalize_graph(reference).graph.nodes]
+    metas = {node.name: node.meta for node in ours.graph.nodes}
+    assert _legalize_in_place(ours)
+    ours.recompile()
+    assert _state(ours) == _state(reference)
+    assert ours.code == reference.code
+    assert all(node.meta is not metas[node.name] and node.meta == metas[node.name] for node in ours.graph.nodes)
+    # A fresh name table, as a new graph has: the next node gets the same name in both.
+    added = [gm.graph.call_function(torch.ops.aten.relu.default, (next(iter(gm.graph.nodes)),)) for gm in (reference, ours)]
+    assert added[0].name == added[1].name
+    assert ours.graph.find_nodes(op="placeholder") == [n for n in ours.graph.nodes if n.op == "placeholder"]
