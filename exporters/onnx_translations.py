@@ -12,6 +12,7 @@ from typing import Any
 
 import onnx_ir as ir
 import torch
+from onnx_ir.tensor_adapters import from_torch_dtype, to_torch_dtype
 
 from exporters.exporter_onnx import _register_translation
 from exporters.utils import record_hit
@@ -123,3 +124,45 @@ def _running_extreme(self: Any, dim: int, reduce: Any, opposite: Any) -> tuple[A
     none = op.Constant(value=ir.tensor(-1, dtype=ir.DataType.INT64))
     indices = op.ReduceMax(op.Where(reached, column, none), op.Constant(value_ints=[dim]), keepdims=0)
     return values, indices
+
+
+@_register_translation(torch.ops.aten.searchsorted.Tensor, dependency="onnxscript")
+def _aten_searchsorted(
+    sorted_sequence: Any, self: Any, *, out_int32: bool = False, right: bool = False, side: str | None = None,
+    sorter: Any = None,
+) -> Any:
+    """``aten.searchsorted.Tensor``: each value's insertion index, as a count of the entries it goes after.
+
+    torchlib's ``aten_searchsorted`` is a ``NotImplementedError`` stub and torch.onnx has no decomposition
+    (``No ONNX function found for ... aten.searchsorted``); ONNX has no search op. SplinterForPreTraining finds
+    each question's column with ``torch.searchsorted(rows, rows, side="left")`` (modeling_splinter.py:728).
+    torch's binary search counts, along the last dim, the entries of a sorted row that fail
+    ``entry >= value`` (side left) or ``entry > value`` (side right, or ``right=True``); the count of a
+    (values x entries) broadcast comparison is that number exactly, with torch's answer for a NaN value
+    (the row length) and without rounding. A 1-D ``sorted_sequence`` serves values of any shape; an N-D one
+    pairs its leading dims with the values' own. ``sorter`` gathers the row first; the two tensors meet in
+    torch's promoted dtype; the result is int64, or int32 for ``out_int32``. Cost: one bool per (value,
+    entry) pair, fine for mask and position sizes. A NaN inside ``sorted_sequence`` is unsorted input, on
+    which torch's result depends on its search path; not matched. Not reported upstream yet: the
+    ready-to-file onnxscript issue is docs/upstream-drafts/_aten_searchsorted.md.
+    """
+    from onnxscript import opset18 as op
+
+    record_hit("_aten_searchsorted")
+    # read before any op: a value made here has no dtype or shape yet
+    batched = len(sorted_sequence.shape) > 1
+    row_dtype, value_dtype = sorted_sequence.dtype, self.dtype
+    common = from_torch_dtype(torch.promote_types(to_torch_dtype(row_dtype), to_torch_dtype(value_dtype)))
+    if sorter is not None:
+        sorted_sequence = op.GatherElements(sorted_sequence, sorter, axis=-1)
+    if row_dtype != common:
+        sorted_sequence = op.Cast(sorted_sequence, to=common)
+    if value_dtype != common:
+        self = op.Cast(self, to=common)
+    entries = sorted_sequence
+    if batched:
+        entries = op.Unsqueeze(sorted_sequence, op.Constant(value_ints=[-2]))  # (*batch, 1, entries)
+    values = op.Unsqueeze(self, op.Constant(value_ints=[-1]))  # (..., values, 1)
+    after = op.Greater(entries, values) if right or side == "right" else op.GreaterOrEqual(entries, values)
+    index = ir.DataType.INT32 if out_int32 else ir.DataType.INT64
+    return op.ReduceSum(op.Cast(op.Not(after), to=index), op.Constant(value_ints=[-1]), keepdims=0)

@@ -5,6 +5,7 @@ re-run by the sweep: sweeps/catalogue/onnx-static-onnxfix.rerun.jsonl):
 
 * ``squeeze(dim)`` of a dim that is not 1 (ParakeetForRNNT, NemotronAsrStreamingForRNNT's RNNT joint);
 * ``cummax``/``cummin`` (MMGroundingDino's text mask builder);
+* ``searchsorted`` (SplinterForPreTraining's question positions);
 * an input returned unchanged as an output (Qwen2AudioModel's ``attention_mask``);
 * Python ints and ``None`` among the outputs (MaskFormerSwinModel's spatial dimensions, PeAudio, HYV4).
 """
@@ -100,6 +101,55 @@ def test_onnx_needs_cummax_and_cummin_translated(workaround, op):
     with pytest.raises(Exception) as raised:
         export(Running(), running_inputs(8), without=workaround)
     assert f"aten.{op}" in failure_chain(raised.value)
+
+
+# ── searchsorted ──
+class Searches(torch.nn.Module):
+    """Both sides, 1-D and batched sorted rows, out_int32, sorter, mixed dtypes, and Splinter's
+    ``searchsorted(rows, rows, side="left")``."""
+
+    def forward(self, edges: torch.Tensor, rows: torch.Tensor, scores: torch.Tensor, ids: torch.Tensor,
+                shuffled: torch.Tensor, order: torch.Tensor) -> dict:
+        return {
+            "left": torch.searchsorted(edges, scores),
+            "right": torch.searchsorted(edges, scores, side="right"),
+            "batched_left": torch.searchsorted(rows, ids),
+            "batched_right_int32": torch.searchsorted(rows, ids, right=True, out_int32=True),
+            "mixed": torch.searchsorted(rows, scores),
+            "sorter": torch.searchsorted(shuffled, scores, sorter=order),
+            "itself": torch.searchsorted(edges, edges, side="left"),
+        }
+
+
+def search_inputs(seed: int) -> dict[str, torch.Tensor]:
+    """Sorted rows drawn from a few values (many ties), values on and between them, and a NaN value."""
+    generator = torch.Generator().manual_seed(seed)
+    edges = torch.randint(-3, 4, (9,), generator=generator).sort().values.float()
+    rows = torch.randint(-3, 4, (2, 3, 9), generator=generator).sort(dim=-1).values
+    scores = torch.randint(-8, 9, (2, 3, 5), generator=generator).float() / 2
+    scores[0, 0, 0] = float("nan")
+    ids = torch.randint(-4, 5, (2, 3, 5), generator=generator)
+    shuffled = edges[torch.randperm(9, generator=generator)]
+    return {"edges": edges, "rows": rows, "scores": scores, "ids": ids, "shuffled": shuffled, "order": shuffled.argsort()}
+
+
+def test_searchsorted_matches_torch_exactly_on_random_sorted_inputs(tmp_path: Path):
+    result = export(Searches(), search_inputs(0))
+    assert result.validation.status == "pass", result.validation.problems()
+    assert result.metadata.workarounds_fired["_aten_searchsorted"] == 7
+    result.save(tmp_path / "bundle")
+    exported = load(tmp_path / "bundle")
+    for seed in range(1, 6):  # fresh sorted inputs through onnxruntime, compared exactly, dtype included
+        inputs = search_inputs(seed)
+        eager, loaded = Searches()(**inputs), exported(**inputs)
+        for name, expected in eager.items():
+            assert loaded[name].dtype == expected.dtype and torch.equal(loaded[name], expected), (seed, name)
+
+
+def test_onnx_needs_searchsorted_translated():
+    with pytest.raises(Exception) as raised:
+        export(Searches(), search_inputs(0), without="_aten_searchsorted")
+    assert "aten.searchsorted" in failure_chain(raised.value)
 
 
 # ── an input returned as an output ──
