@@ -146,6 +146,21 @@ def test_searchsorted_matches_torch_exactly_on_random_sorted_inputs(tmp_path: Pa
             assert loaded[name].dtype == expected.dtype and torch.equal(loaded[name], expected), (seed, name)
 
 
+class SearchesSorted(torch.nn.Module):
+    """Rows sorted inside the model, so that any second-shape input is a valid search."""
+
+    def forward(self, rows: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = rows.sort(dim=-1).values
+        return torch.searchsorted(rows, ids), torch.searchsorted(rows[0], ids, side="right")
+
+
+def test_searchsorted_stays_dynamic_in_both_lengths():
+    inputs = {"rows": torch.randint(-3, 4, (2, 9)), "ids": torch.randint(-4, 5, (2, 5))}
+    result = export(SearchesSorted(), inputs, dynamic=True)
+    assert result.second_inputs["rows"].shape != (2, 9) and result.second_inputs["ids"].shape != (2, 5)
+    assert result.validation.status == "pass", result.validation.problems()
+
+
 def test_onnx_needs_searchsorted_translated():
     with pytest.raises(Exception) as raised:
         export(Searches(), search_inputs(0), without="_aten_searchsorted")

@@ -132,6 +132,11 @@ COVERAGE: dict[str, list[str]] = {
         "test_onnx_outputs.py::test_cummax_and_cummin_match_eager_values_and_tied_indices_at_two_lengths",
         "test_onnx_outputs.py::test_onnx_needs_cummax_and_cummin_translated",
     ],
+    "_aten_searchsorted": [
+        "test_onnx_outputs.py::test_searchsorted_matches_torch_exactly_on_random_sorted_inputs",
+        "test_onnx_outputs.py::test_searchsorted_stays_dynamic_in_both_lengths",
+        "test_onnx_outputs.py::test_onnx_needs_searchsorted_translated",
+    ],
     "_patch_returned_input_keeps_its_name": [
         "test_onnx_outputs.py::test_returned_input_keeps_the_input_name_and_loads_back",
         "test_onnx_outputs.py::test_onnx_needs_the_returned_input_renamed_back",
