@@ -1,7 +1,7 @@
 """The ExecuTorch lowering speed patches (exporters/executorch_lowering.py): same program, less work.
 
-A chain of 30 linear+relu blocks, each followed by a ``cumsum`` that XNNPACK does not take, is cut into 31
-partitions (~4 s to lower); it is lowered once with and once without the patch, and both results are shared.
+A chain of 30 linear+relu blocks, each followed by a ``cumsum`` that XNNPACK does not take, is cut into 30
+partitions (~4 s to lower); it is lowered once with and once without the patches, and both results are shared.
 """
 
 from __future__ import annotations
@@ -13,9 +13,14 @@ from torch.export import Dim
 from torch.fx.passes.tools_common import legalize_graph
 
 import exporters.executorch_lowering  # noqa: F401  (registers the patch)
-from exporters.executorch_lowering import _legalize_in_place, legalized_order
+from exporters.executorch_lowering import (
+    _legalize_in_place,
+    _patch_merge_check_intersects_sets,
+    legalized_order,
+)
 
 PATCH = "_patch_partition_fusing_sorts_in_place"
+MERGE_PATCH = "_patch_merge_check_intersects_sets"
 BLOCKS = 30
 
 
@@ -32,30 +37,56 @@ class _Chain(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def chain_lowerings(monkeypatch_module):
-    """{"with": (result, full re-sorts), "without": (...)}: the chain lowered with and without the patch.
+    """{"with": (result, full re-sorts), "without": (...), "merge checks": [...]}: the chain lowered with every
+    patch and without both.
 
     A full re-sort is one call of torch.fx's ``legalize_graph`` from ``create_submodule_from_nodes``; the patch
-    receives the counting wrapper as its ``original`` and calls it only when it cannot sort in place.
+    receives the counting wrapper as its ``original`` and calls it only when it cannot sort in place. Each merge
+    check of the run without the patches is answered by the original and by the patch's replacement:
+    (original's answer, ours, original's downstream lookups, ours).
     """
     import executorch.exir.lowered_backend_module as lowered_backend_module
+    from executorch.exir.backend.canonical_partitioners import group_partitioner
 
     from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
 
     full_sorts = []
-    original = lowered_backend_module.legalize_graph
+    original_sort = lowered_backend_module.legalize_graph
 
-    def counting(graph_module):
+    def counting_sort(graph_module):
         full_sorts.append(len(graph_module.graph.nodes))
-        return original(graph_module)
+        return original_sort(graph_module)
 
-    monkeypatch_module.setattr(lowered_backend_module, "legalize_graph", counting)
+    lookups = [0]
+    original_lookup = group_partitioner._DependencyViewer.downstreams_of
+
+    def counting_lookup(self, node):
+        lookups[0] += 1
+        return original_lookup(self, node)
+
+    merge_checks = []
+    original_check = group_partitioner.GroupBasedPartitioner._can_merge_partitions
+    ours = _patch_merge_check_intersects_sets(original_check)
+
+    def both_checks(self, *args):
+        answers = []
+        for check in (original_check, ours):
+            lookups[0] = 0
+            answers.append((check(self, *args), lookups[0]))
+        merge_checks.append((answers[0][0], answers[1][0], answers[0][1], answers[1][1]))
+        return answers[0][0]
+
+    monkeypatch_module.setattr(lowered_backend_module, "legalize_graph", counting_sort)
+    monkeypatch_module.setattr(group_partitioner._DependencyViewer, "downstreams_of", counting_lookup)
+    monkeypatch_module.setattr(group_partitioner.GroupBasedPartitioner, "_can_merge_partitions", both_checks)
     torch.manual_seed(0)
     model, inputs = _Chain().eval(), {"x": torch.randn(2, 8)}
     results = {}
-    for key, without in (("with", frozenset()), ("without", frozenset({PATCH}))):
+    for key, without in (("with", frozenset()), ("without", frozenset({PATCH, MERGE_PATCH}))):
         full_sorts.clear()
         result = ExecutorchExporter(ExecutorchConfig(without=without)).export(model, inputs)
         results[key] = (result, list(full_sorts))
+    results["merge checks"] = merge_checks
     return results
 
 
@@ -74,16 +105,25 @@ def test_patch_sorts_in_place_instead_of_copying_the_graph_per_partition(chain_l
     assert sorts_with == []
 
 
-def test_patch_changes_nothing_in_the_serialized_program(chain_lowerings, matches_eager):
+def test_merge_check_answers_as_the_original_with_at_most_its_lookups(chain_lowerings):
+    with_patch, _ = chain_lowerings["with"]
+    checks = chain_lowerings["merge checks"]
+    assert with_patch.metadata.workarounds_fired[MERGE_PATCH] == len(checks) > 100  # every check is the patch's
+    assert all(original == ours for original, ours, _, _ in checks)
+    assert all(ours_lookups <= original_lookups for _, _, original_lookups, ours_lookups in checks)
+
+
+def test_patches_change_nothing_in_the_serialized_program(chain_lowerings, matches_eager):
     with_patch, _ = chain_lowerings["with"]
     without_patch, _ = chain_lowerings["without"]
-    assert PATCH not in without_patch.metadata.workarounds_fired
+    assert not {PATCH, MERGE_PATCH} & set(without_patch.metadata.workarounds_fired)
     assert with_patch.artifact.buffer == without_patch.artifact.buffer
     matches_eager(with_patch, with_patch.run_artifact)
 
 
 def _program_with_assertions() -> torch.fx.GraphModule:
-    """A graph with symbolic arithmetic, a runtime assertion and a node with several users, nodes reversed."""
+    """A graph with symbolic arithmetic, a runtime assertion, a node with several users and the name of an erased
+    node, its nodes reversed."""
 
     class Model(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -96,6 +136,7 @@ def _program_with_assertions() -> torch.fx.GraphModule:
     program = torch.export.export(Model(), (torch.randn(4, 6),), dynamic_shapes={"x": {0: Dim("n", min=2, max=64)}})
     graph_module = program.graph_module
     first = next(iter(graph_module.graph.nodes))
+    graph_module.graph.erase_node(graph_module.graph.call_function(torch.ops.aten.relu.default, (first,)))  # a used name
     for node in list(graph_module.graph.nodes)[1:]:
         first.prepend(node)  # any order: legalize_graph sorts from the dependencies alone
     return graph_module
