@@ -6,21 +6,27 @@ partitions (~4 s to lower); it is lowered once with and once without the patches
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
+from typing import Any
+
 import pytest
 import torch
 import torch.fx
 from torch.export import Dim
 from torch.fx.passes.tools_common import legalize_graph
 
-import exporters.executorch_lowering  # noqa: F401  (registers the patch)
 from exporters.executorch_lowering import (
     _legalize_in_place,
     _patch_merge_check_intersects_sets,
+    _patch_node_source_shares_its_history,
     legalized_order,
 )
 
 PATCH = "_patch_partition_fusing_sorts_in_place"
 MERGE_PATCH = "_patch_merge_check_intersects_sets"
+HISTORY_PATCH = "_patch_node_source_shares_its_history"
+ALL_PATCHES = frozenset({PATCH, MERGE_PATCH, HISTORY_PATCH})
 BLOCKS = 30
 
 
@@ -37,24 +43,26 @@ class _Chain(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def chain_lowerings(monkeypatch_module):
-    """{"with": (result, full re-sorts), "without": (...), "merge checks": [...]}: the chain lowered with every
-    patch and without both.
+    """{"with": Lowering, "without": Lowering}: the chain lowered with every workaround and without the three
+    patches of exporters/executorch_lowering.py, counting the work they avoid.
 
     A full re-sort is one call of torch.fx's ``legalize_graph`` from ``create_submodule_from_nodes``; the patch
-    receives the counting wrapper as its ``original`` and calls it only when it cannot sort in place. Each merge
-    check of the run without the patches is answered by the original and by the patch's replacement:
-    (original's answer, ours, original's downstream lookups, ours).
+    receives the counting wrapper as its ``original`` and calls it only when it cannot sort in place. A merge check
+    that reaches the spy on ``_can_merge_partitions`` is answered by the original and by the patch's replacement:
+    (original's answer, ours, original's downstream lookups, ours); with the patch installed none reaches it.
+    Provenance copies are ``copy.deepcopy`` calls made by torch.fx.traceback (``NodeSource.__init__``).
     """
     import executorch.exir.lowered_backend_module as lowered_backend_module
+    import torch.fx.traceback as fx_traceback
     from executorch.exir.backend.canonical_partitioners import group_partitioner
 
     from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
 
-    full_sorts = []
+    run = Lowering(None, [], [], [0])
     original_sort = lowered_backend_module.legalize_graph
 
     def counting_sort(graph_module):
-        full_sorts.append(len(graph_module.graph.nodes))
+        run.full_sorts.append(len(graph_module.graph.nodes))
         return original_sort(graph_module)
 
     lookups = [0]
@@ -64,7 +72,6 @@ def chain_lowerings(monkeypatch_module):
         lookups[0] += 1
         return original_lookup(self, node)
 
-    merge_checks = []
     original_check = group_partitioner.GroupBasedPartitioner._can_merge_partitions
     ours = _patch_merge_check_intersects_sets(original_check)
 
@@ -73,21 +80,37 @@ def chain_lowerings(monkeypatch_module):
         for check in (original_check, ours):
             lookups[0] = 0
             answers.append((check(self, *args), lookups[0]))
-        merge_checks.append((answers[0][0], answers[1][0], answers[0][1], answers[1][1]))
+        run.merge_checks.append((answers[0][0], answers[1][0], answers[0][1], answers[1][1]))
         return answers[0][0]
+
+    class CountingCopy:  # the ``copy`` module as torch.fx.traceback sees it
+        def __getattr__(self, name):
+            return getattr(copy, name)
+
+        def deepcopy(self, value, *args):
+            run.provenance_copies[0] += 1
+            return copy.deepcopy(value, *args)
 
     monkeypatch_module.setattr(lowered_backend_module, "legalize_graph", counting_sort)
     monkeypatch_module.setattr(group_partitioner._DependencyViewer, "downstreams_of", counting_lookup)
     monkeypatch_module.setattr(group_partitioner.GroupBasedPartitioner, "_can_merge_partitions", both_checks)
+    monkeypatch_module.setattr(fx_traceback, "copy", CountingCopy())
     torch.manual_seed(0)
     model, inputs = _Chain().eval(), {"x": torch.randn(2, 8)}
     results = {}
-    for key, without in (("with", frozenset()), ("without", frozenset({PATCH, MERGE_PATCH}))):
-        full_sorts.clear()
-        result = ExecutorchExporter(ExecutorchConfig(without=without)).export(model, inputs)
-        results[key] = (result, list(full_sorts))
-    results["merge checks"] = merge_checks
+    for key, without in (("with", frozenset()), ("without", ALL_PATCHES)):
+        run = Lowering(None, [], [], [0])
+        run.result = ExecutorchExporter(ExecutorchConfig(without=without)).export(model, inputs)
+        results[key] = run
     return results
+
+
+@dataclass
+class Lowering:
+    result: Any
+    full_sorts: list[int]
+    merge_checks: list[tuple[bool, bool, int, int]]
+    provenance_copies: list[int]
 
 
 @pytest.fixture(scope="module")
@@ -97,28 +120,31 @@ def monkeypatch_module():
 
 
 def test_patch_sorts_in_place_instead_of_copying_the_graph_per_partition(chain_lowerings):
-    with_patch, sorts_with = chain_lowerings["with"]
-    _, sorts_without = chain_lowerings["without"]
-    partitions = with_patch.metadata.workarounds_fired[PATCH] - 1  # one call per partition, one for the loop
-    assert partitions == BLOCKS
-    assert len(sorts_without) == partitions and min(sorts_without) > 3 * BLOCKS  # each copies the whole graph (shrinking: 150 .. 92 nodes)
-    assert sorts_with == []
+    sorts_without = chain_lowerings["without"].full_sorts
+    assert len(sorts_without) == BLOCKS  # one per partition, each copying the whole graph (150 .. 92 nodes)
+    assert min(sorts_without) > 3 * BLOCKS
+    assert chain_lowerings["with"].full_sorts == []
 
 
 def test_merge_check_answers_as_the_original_with_at_most_its_lookups(chain_lowerings):
-    with_patch, _ = chain_lowerings["with"]
-    checks = chain_lowerings["merge checks"]
-    assert with_patch.metadata.workarounds_fired[MERGE_PATCH] == len(checks) > 100  # every check is the patch's
+    checks = chain_lowerings["without"].merge_checks
+    assert len(checks) > 100
     assert all(original == ours for original, ours, _, _ in checks)
     assert all(ours_lookups <= original_lookups for _, _, original_lookups, ours_lookups in checks)
+    assert chain_lowerings["with"].merge_checks == []  # the patch answered every check
+
+
+def test_provenance_is_shared_not_deep_copied(chain_lowerings):
+    assert chain_lowerings["without"].provenance_copies[0] > 1000
+    assert chain_lowerings["with"].provenance_copies[0] == 0
 
 
 def test_patches_change_nothing_in_the_serialized_program(chain_lowerings, matches_eager):
-    with_patch, _ = chain_lowerings["with"]
-    without_patch, _ = chain_lowerings["without"]
-    assert not {PATCH, MERGE_PATCH} & set(without_patch.metadata.workarounds_fired)
-    assert with_patch.artifact.buffer == without_patch.artifact.buffer
-    matches_eager(with_patch, with_patch.run_artifact)
+    with_patches, without_patches = chain_lowerings["with"].result, chain_lowerings["without"].result
+    assert with_patches.artifact.buffer == without_patches.artifact.buffer
+    # and they record no hits: no export's result depends on them (exporters/executorch_lowering.py)
+    assert with_patches.metadata.workarounds_fired == without_patches.metadata.workarounds_fired
+    matches_eager(with_patches, with_patches.run_artifact)
 
 
 def _program_with_assertions() -> torch.fx.GraphModule:
@@ -165,3 +191,20 @@ def test_in_place_sort_leaves_the_graph_as_legalize_graph_does():
     added = [gm.graph.call_function(torch.ops.aten.relu.default, (next(iter(gm.graph.nodes)),)) for gm in (reference, ours)]
     assert added[0].name == added[1].name
     assert ours.graph.find_nodes(op="placeholder") == [n for n in ours.graph.nodes if n.op == "placeholder"]
+
+
+def test_node_source_shares_the_history_torch_deep_copies():
+    from torch.fx.traceback import NodeSource, NodeSourceAction
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    y = graph.call_function(torch.relu, (x,))
+    y.meta["from_node"] = [NodeSource(x, "first", NodeSourceAction.CREATE)]
+    torch_made = NodeSource(y, "second", NodeSourceAction.CREATE)  # outside an export: torch's own __init__
+    ours = NodeSource.__new__(NodeSource)
+    _patch_node_source_shares_its_history(NodeSource.__init__)(ours, y, "second", NodeSourceAction.CREATE)
+    assert ours.to_dict() == torch_made.to_dict()
+    assert torch_made.from_node[0] is not y.meta["from_node"][0]  # torch copies the whole history
+    assert ours.from_node[0] is y.meta["from_node"][0]  # the patch shares it
+    y.meta["from_node"].append(NodeSource(None, "third"))  # what the graph transform observer does in place
+    assert len(ours.from_node) == len(torch_made.from_node) == 1

@@ -163,6 +163,20 @@ COVERAGE: dict[str, list[str]] = {
     "_patch_edge_dtype_check_specialising_list_returns": [
         "test_executorch.py::test_edge_verifier_keeps_a_dynamic_dim_split_by_a_list_returning_op",
     ],
+    "_patch_partition_fusing_sorts_in_place": [
+        "test_executorch_lowering.py::test_patch_sorts_in_place_instead_of_copying_the_graph_per_partition",
+        "test_executorch_lowering.py::test_in_place_sort_leaves_the_graph_as_legalize_graph_does",
+        "test_executorch_lowering.py::test_patches_change_nothing_in_the_serialized_program",
+    ],
+    "_patch_merge_check_intersects_sets": [
+        "test_executorch_lowering.py::test_merge_check_answers_as_the_original_with_at_most_its_lookups",
+        "test_executorch_lowering.py::test_patches_change_nothing_in_the_serialized_program",
+    ],
+    "_patch_node_source_shares_its_history": [
+        "test_executorch_lowering.py::test_provenance_is_shared_not_deep_copied",
+        "test_executorch_lowering.py::test_node_source_shares_the_history_torch_deep_copies",
+        "test_executorch_lowering.py::test_patches_change_nothing_in_the_serialized_program",
+    ],
 }
 
 
