@@ -121,7 +121,10 @@ _DEFERRED_RECOMPILES: dict[int, list[Any]] = {}
 
 @contextlib.contextmanager
 def _recompiling_once(graph_module: torch.fx.GraphModule) -> Iterator[None]:
-    entry = _DEFERRED_RECOMPILES.setdefault(id(graph_module), [graph_module, False])
+    if id(graph_module) in _DEFERRED_RECOMPILES:  # already deferred by an outer call: it recompiles
+        yield
+        return
+    entry = _DEFERRED_RECOMPILES[id(graph_module)] = [graph_module, False]
     try:
         yield
     finally:
