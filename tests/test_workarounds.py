@@ -156,10 +156,6 @@ COVERAGE: dict[str, list[str]] = {
     "_patch_xnnpack_reshape_one_dynamic_dim": [
         "test_executorch.py::test_xnnpack_keeps_reshaped_nodes_with_two_dynamic_dims_out_of_the_delegate",
     ],
-    "_patch_partition_fusing_sorts_in_place": [
-        "test_executorch_lowering.py::test_patch_sorts_in_place_instead_of_copying_the_graph_per_partition",
-        "test_executorch_lowering.py::test_patch_changes_nothing_in_the_serialized_program",
-    ],
     "_patch_edge_dtype_check_specialising_list_returns": [
         "test_executorch.py::test_edge_verifier_keeps_a_dynamic_dim_split_by_a_list_returning_op",
     ],
