@@ -12,6 +12,8 @@ any degenerate output as inconclusive.
 
 from __future__ import annotations
 
+import math
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -137,6 +139,8 @@ def _build(
     if hasattr(model, "set_default_language") and languages:  # X-MOD routes through one adapter per language
         model.set_default_language(languages[0])
     tiny = _grown_to_fit(TinyModel(model, sample_inputs(model, batch=batch, sequence=sequence, seed=seed)), seed)
+    tiny = _features_as_read(tiny, seed)
+    tiny = _patches_in_one_sequence(tiny)
     tiny.inputs = noise_inputs(tiny.model, tiny.inputs, seed)
     fix_initialisation(tiny.model, tiny.inputs, seed)
     return tiny
@@ -150,12 +154,15 @@ def _values_take_every_head(model: torch.nn.Module) -> bool:
     when a config was changed (the model must be rebuilt)."""
     changed = False
     for module in model.modules():
-        keys, values, config = (getattr(module, n, None) for n in ("k_proj", "v_proj", "config"))
+        queries, keys, values, config = (getattr(module, n, None) for n in ("q_proj", "k_proj", "v_proj", "config"))
         if not (isinstance(keys, torch.nn.Linear) and isinstance(values, torch.nn.Linear) and config is not None):
             continue
         heads, kv_heads = vars(config).get("num_attention_heads"), vars(config).get("num_key_value_heads")
+        # Or keys and values both sized by the query heads (Granite Speech 5's block attention), where SDPA's
+        # grouping then doubles them: ``The size of tensor a (4) must match the size of tensor b (8)``.
+        every_head = isinstance(queries, torch.nn.Linear) and queries.out_features == keys.out_features == values.out_features
         if type(heads) is int and type(kv_heads) is int and kv_heads < heads \
-                and keys.out_features * heads == values.out_features * kv_heads:
+                and (keys.out_features * heads == values.out_features * kv_heads or every_head):
             config.num_key_value_heads = heads
             changed = True
     return changed
@@ -186,6 +193,62 @@ def _grown_to_fit(tiny: TinyModel, seed: int) -> TinyModel:
             return trial
     return tiny
 
+
+
+# A Linear layer refusing the sample's features: ``mat1 and mat2 shapes cannot be multiplied (64x16 and 64x32)``.
+_LINEAR_REFUSED = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x\d+\)")
+
+
+def _features_as_read(tiny: TinyModel, seed: int) -> TinyModel:
+    """``input_features`` as wide as the Linear layer that reads them, where that is a multiple of their width:
+    Granite Speech 5 reads frames stacked 4 at a time by its feature extractor (``num_mel_bins * 4``, hard-coded
+    in its encoder), where every other model reads ``num_mel_bins``, a filter-bank stack or a convolution's
+    channels (``_input_features``). Found by running: which Linear reads the features first is not in the config,
+    and registration order is not the order of use. Other models keep their sample."""
+    features = tiny.inputs.get("input_features")
+    if features is None or not features.is_floating_point() or features.dim() != 3:
+        return tiny
+    try:
+        _run_once(tiny)
+        return tiny
+    except Exception as error:  # only a Linear refusing the features' width is this rule's business
+        refused = _LINEAR_REFUSED.search(str(error))
+    width = features.shape[-1]
+    if refused is None or int(refused[2]) != width or int(refused[3]) % width or int(refused[3]) <= width:
+        return tiny
+    generator = torch.Generator().manual_seed(seed)
+    shape = (*features.shape[:-1], int(refused[3]))
+    return TinyModel(tiny.model, {**tiny.inputs, "input_features": torch.randn(shape, generator=generator)})
+
+
+def _patches_in_one_sequence(tiny: TinyModel) -> TinyModel:
+    """A vision tower's ``pixel_values`` patches with their ``grid_thw``, given as all images' patches in one
+    sequence where the batched sequences (``(batch, patches, width)``, what most such towers read) fail, as
+    Qwen-VL towers read their ``hidden_states``: MuseGlimmer adds one position table over every image's grid
+    to them (``The size of tensor a (16) must match the size of tensor b (32)``); flattened for a Linear patch
+    embedding, or as ``(patches, channels, patch, patch)`` images for a convolution's (Kimi-K2.5's ``Expected
+    3D (unbatched) or 4D (batched) input to conv2d``). Towers that run on the batched sequences keep them."""
+    pixels = tiny.inputs.get("pixel_values")
+    if "grid_thw" not in tiny.inputs or pixels is None or pixels.dim() != 3 or not _fails(tiny):
+        return tiny
+    flat = pixels.reshape(-1, pixels.shape[-1])
+    layouts = [flat]
+    embed = next((m for m in tiny.model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))), None)
+    if isinstance(embed, torch.nn.Conv2d) and flat.shape[-1] == embed.in_channels * math.prod(embed.kernel_size):
+        layouts.append(flat.reshape(-1, embed.in_channels, *embed.kernel_size))
+    for layout in layouts:
+        trial = TinyModel(tiny.model, {**tiny.inputs, "pixel_values": layout})
+        if not _fails(trial):
+            return trial
+    return tiny
+
+
+def _fails(tiny: TinyModel) -> bool:
+    try:
+        _run_once(tiny)
+    except Exception:  # the caller tries another layout; the error of the one kept shows at the forward
+        return True
+    return False
 
 def _too_small(tiny: TinyModel) -> bool:
     try:

@@ -137,7 +137,9 @@ def _patch_width(config: Any) -> int:
     patch = getattr(config, "patch_size", PATCH)
     patch = patch if isinstance(patch, int) else int(patch[0])
     channels = getattr(config, "num_channels", None) or getattr(config, "in_channels", 3)
-    return channels * getattr(config, "temporal_patch_size", 1) * patch * patch
+    # (MuseGlimmer names its temporal patch size ``patch_temporal``)
+    temporal = getattr(config, "temporal_patch_size", None) or getattr(config, "patch_temporal", None) or 1
+    return channels * temporal * patch * patch
 
 
 def _make_embeds(name: str, config: Any, batch: int, sequence: int, generator: torch.Generator) -> torch.Tensor | None:
@@ -161,6 +163,7 @@ def _make_embeds(name: str, config: Any, batch: int, sequence: int, generator: t
 
 def _make_patches(name: str, config: Any, batch: int, generator: torch.Generator) -> torch.Tensor | None:
     """Images given as sequences of flattened patches, with their grid (position ids, masks, shapes)."""
+    config = _vision(config)  # a parent (Siglip2Model) reads its patches with its vision tower's patch size
     side = _patch_side(config)
     if name == "pixel_values":
         return torch.randn(batch, side * side, _patch_width(config), generator=generator)
@@ -257,6 +260,10 @@ def sample_inputs(
             inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         if required and name not in wanted:
             wanted.append(name)
+    if "pixel_values" in wanted and "spatial_shapes" in parameters:
+        # NaViT-style towers (Siglip2) read their images as patch sequences with shapes and a mask even where the
+        # forward leaves them optional (a 4-d image there met a Linear patch embedding: ``mat1 and mat2 shapes``).
+        wanted += [p for p in _PATCH_GRID if p in parameters and p not in wanted]
     patches = any(p in wanted for p in _PATCH_GRID)
     inputs: dict[str, torch.Tensor] = {}
     for name in wanted:

@@ -62,6 +62,10 @@ _NONE_FILL = {
     "num_experts": EXPERTS, "top_k_experts": 2, "moe_intermediate_size": INTERMEDIATE, "decoder_hidden_size": HIDDEN,
     "decoder_depth": 1, "decoder_num_heads": HEADS,
     "prediction_length": 4,  # time-series forecasters (the context length defaults to it)
+    # Qwen4-Exp's token indexer (one-off fields): its default layer_types hold "indexed_attention" layers, which
+    # need all five; one key head, as its validator requires, and a budget of 2 blocks of 2 tokens in 8.
+    "indexer_n_heads": KV_HEADS, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM, "indexer_budget": 4,
+    "indexer_compress_ratio": 2,
 }
 _FIXED: dict[str, Any] = {
     "max_position_embeddings": lambda old: min(old, 128) if isinstance(old, int) else old,
@@ -145,6 +149,7 @@ def shrink_config(config: Any, keep_stage_widths: bool = False) -> Any:
         setattr(config, name, shrink_config(sub, keep_stage_widths))
         _follow_sub_config(config, old_sizes, getattr(config, name))
     _index_shrunk_vision_layers(config, tied[0].get("vision_config", {}))
+    _follow_sibling_widths(config, *tied)
     per_layer = _per_layer_overrides(config)
     _shrink_fields(config, keep_stage_widths)
     if per_layer is not None:  # heterogeneous configs: every layer's overrides are shrunk by the same rules
@@ -230,6 +235,30 @@ def _follow_sub_config(config: Any, old_sizes: tuple[Any, int, dict[str, list[in
                 break
 
 
+
+def _follow_sibling_widths(config: Any, full: dict[str, dict[str, int]], widths: dict[str, int]) -> None:
+    """A sub-config's ``*channels`` field that shrinking left at its full-size value, where that value is the
+    full-size width of a sibling sub-config (and not its own config's width), is the width that sibling reads:
+    it follows the sibling's shrunk width. SAM's vision neck puts out ``output_channels`` 256 for a prompt
+    encoder and mask decoder 256 wide; left at 256 against their 32 the decoder failed (``The size of tensor a
+    (256) must match the size of tensor b (32)``). Its ``num_pos_feats`` (128) are sine and cosine features of
+    half that width each, so a half-width field follows half the sibling's width. Checked without a validator,
+    which SAM has none of."""
+    subs = dict(_sub_configs(config))
+    for name, sub in subs.items():
+        for field, old in full.get(name, {}).items():
+            if not field.endswith(_SIBLING_WIDTH_FIELDS) or vars(sub).get(field) != old or old == widths.get(name):
+                continue
+            for ratio in (1, 2):
+                source = next((n for n, w in widths.items() if n != name and n in subs and w == old * ratio), None)
+                shrunk = _own_width(subs[source]) if source else None
+                if shrunk and shrunk // ratio and shrunk // ratio != old:
+                    setattr(sub, field, shrunk // ratio)
+                    break
+
+
+_SIBLING_WIDTH_FIELDS = ("channels", "num_pos_feats")
+
 def _index_shrunk_vision_layers(config: Any, full_vision: dict[str, int]) -> None:
     """Vision feature layers picked among the full-size vision tower's layers (Molmo2's adapter reads layers
     [24, 18] of 25) that the shrunk tower lacks are counted from its end instead, as far from the last layer as
@@ -264,7 +293,29 @@ def _fill_missing(config: Any) -> Any:
     fields = vars(config)
     if "num_key_value_heads" not in fields and isinstance(fields.get("num_attention_heads"), int):
         config.num_key_value_heads = fields["num_attention_heads"]  # one key per head: plain multi-head attention
+    _fill_read_token_ids(config)
     return config
+
+
+def _fill_read_token_ids(config: Any) -> None:
+    """Start-of-span token ids the modeling module reads as ``self.config.<name>_start_token_id`` that a config
+    declaring another one lacks get unused ids of the (text) vocabulary: Qwen2.5-Omni's thinker config declares
+    ``audio_start_token_id`` but not the ``vision_start_token_id`` its multimodal RoPE index reads
+    (``'Qwen2_5OmniThinkerConfig' object has no attribute 'vision_start_token_id'``). Only span markers: other
+    ids a module reads (a VLM's ``image_token_id``) belong to a config the same module defines next to it."""
+    import re
+
+    own = {n: v for n, v in vars(config).items() if n.endswith("token_id")}
+    if not any(n.endswith("_start_token_id") for n in own):
+        return
+    read = dict.fromkeys(re.findall(r"self\.config\.(\w+_start_token_id)\b", _modeling_source(config)))
+    missing = [name for name in read if not hasattr(config, name)]
+    text = vars(config).get("text_config")
+    vocab = next((v for v in (vars(config).get("vocab_size"), getattr(text, "vocab_size", None)) if isinstance(v, int)), VOCAB)
+    taken = {v for v in own.values() if isinstance(v, int)}
+    free = (i for i in range(vocab - 1, 0, -1) if i not in taken)
+    for name in missing:
+        setattr(config, name, next(free))
 
 
 def _per_layer_overrides(config: Any) -> dict[int, dict[str, Any]] | None:
@@ -317,9 +368,11 @@ def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
             config.embed_dim = -(-max(fields["embed_dim"] // 8, heads) // heads) * heads  # a multiple (Swin2SR: 6)
         elif fields["embed_dim"] > HIDDEN:
             config.embed_dim = HIDDEN
+    old_heads = next((fields[f] for f in _HEAD_FIELDS if isinstance(fields.get(f), int)), None)
     for name in _HEAD_FIELDS:
         if isinstance(fields.get(name), int) and fields[name] > HEADS:
             setattr(config, name, HEADS)
+    _shrink_per_layer_heads(config, old_heads)
     if isinstance(fields.get("num_key_value_heads"), int):
         heads = next((fields[f] for f in _HEAD_FIELDS if isinstance(fields.get(f), int)), HEADS)
         # Multi-head latent attention expands its latents to one key per query head: no grouping there.
@@ -396,12 +449,30 @@ def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
         side = 2 ** (int(math.log2(fields["max_position_embeddings"])) // 2)  # Reformer: the factors multiply to it
         config.axial_pos_shape = type(shape)([side, fields["max_position_embeddings"] // side])
     _truncate_per_layer_lists(config, old_layers)
+    _fill_layer_kinds(config)
+    _fill_channel_lists(config)
+    _hold_an_attention_layer(config)
     _shrink_out_indices(config, old_layers)
     _fit_ssm_heads(config)
+    _rope_per_layer_kind(config)
     _shrink_rope_sections(config)
     _shrink_images(config)
     _clamp_token_ids(config)
 
+
+
+def _shrink_per_layer_heads(config: Any, old_heads: int | None) -> None:
+    """Per-layer head counts (``*_heads_per_layer``) shrink as the scalar head fields do: a layer with the full-size
+    head count gets the tiny one, a layer of fewer (grouped key-value) heads ``KV_HEADS``. Sapiens2 derives
+    ``num_key_value_heads_per_layer`` [16 x 8, 8 x 8, 16 x 8] from 16 heads, and kept at 16 against 4 tiny query
+    heads its attention failed (``The size of tensor a (4) must match the size of tensor b (16)``)."""
+    fields = vars(config)
+    heads = next((fields[f] for f in _HEAD_FIELDS if isinstance(fields.get(f), int)), None)
+    if not old_heads or not heads:
+        return
+    for name, value in list(fields.items()):
+        if name.endswith("heads_per_layer") and _ints(value):
+            setattr(config, name, type(value)(heads if v >= old_heads else min(v, KV_HEADS, heads) for v in value))
 
 # Per-stage widths that start at the config's width and grow with depth (Sam2's Hiera: 96, 192, 384, 768).
 _SCALED_STAGE_WIDTHS = ("embed_dim_per_stage",)
@@ -509,6 +580,107 @@ def _truncate_per_layer_lists(config: Any, old_layers: int | None) -> None:
         setattr(config, name, value[:layers])
 
 
+
+
+# Per-layer kind lists, and the kind of their plain layers (a config's usual default for them).
+_PLAIN_KINDS = {"layer_types": "full_attention", "mlp_layer_types": "dense"}
+
+
+def _fill_layer_kinds(config: Any) -> None:
+    """A per-layer kinds list that the config leaves ``None`` (its checkpoint sets it) but its model indexes per
+    layer (Lfm2-MoE's ``layer_types[layer_idx] != "conv"``, DeepSeek-OCR 2's ``mlp_layer_types[layer_idx] ==
+    "sparse"``: ``'NoneType' object is not subscriptable``) gets one plain layer and then the kinds the modeling
+    module compares it with, so the tiny stack holds each kind its forward tells apart."""
+    import re
+
+    fields = vars(config)
+    layers = next((fields[f] for f in _LAYER_FIELDS if isinstance(fields.get(f), int)), None)
+    for name, plain in _PLAIN_KINDS.items():
+        if name not in fields or fields[name] is not None or not layers:
+            continue
+        compared = re.findall(rf'\.{name}\[[^\]]+\]\s*[!=]=\s*"(\w+)"', _modeling_source(config))
+        kinds = [plain, *(k for k in dict.fromkeys(compared) if k != plain)]
+        if len(kinds) < 2:
+            continue
+        if layers < len(kinds):
+            for field in _LAYER_FIELDS:
+                if isinstance(fields.get(field), int):
+                    setattr(config, field, len(kinds))
+            layers = len(kinds)
+        setattr(config, name, [kinds[min(i, len(kinds) - 1)] for i in range(layers)])
+
+
+def _fill_channel_lists(config: Any) -> None:
+    """Per-block channel lists (``*_out_channels``) that a config leaves ``None`` (its checkpoint sets them) but
+    its model indexes (Sapiens2's head reads ``upsample_out_channels[:-1]``: ``'NoneType' object is not
+    subscriptable``) get one block of ``HIDDEN`` channels; lists the model only tests for ``None`` (an optional
+    branch) stay unset."""
+    import re
+
+    fields = vars(config)
+    source = None
+    for name, value in list(fields.items()):
+        if value is not None or not name.endswith("_out_channels"):
+            continue
+        source = _modeling_source(config) if source is None else source
+        if re.search(rf"\.{name}\[", source) and not re.search(rf"\.{name} is not None", source):
+            setattr(config, name, [HIDDEN])
+
+def _hold_an_attention_layer(config: Any) -> None:
+    """A hybrid stack whose default holds only linear-attention (Mamba) layers gets its last layer as full
+    attention, as its checkpoints have (Bamba-9B's ``attn_layer_indices`` [9, 18, 27], Granite 4.0-H's mixed
+    ``layer_types``): its forward builds a causal mask from a cache without one attention layer and raises
+    ``get_seq_length can only be called on Attention layers``. Only stacks whose modeling module builds
+    ``"full_attention"`` layers: pure Mamba models (Mamba-2, FalconMamba) stay as they are. The last layer is
+    set in a stored kinds list, or named in the attention-index field a derived kinds list reads."""
+    fields = vars(config)
+    layers = next((fields[f] for f in _LAYER_FIELDS if isinstance(fields.get(f), int)), None)
+    stored = fields.get("layer_types")
+    kinds = stored if isinstance(stored, list) else _derived_kinds_list(config)
+    if not layers or not kinds or set(kinds) != {"linear_attention"} or not _builds_full_attention(config):
+        return
+    if isinstance(stored, list) and len(stored) == layers:
+        config.layer_types = [*stored[:-1], "full_attention"]
+        return
+    for name, value in fields.items():
+        if ("attn" in name or "attention" in name) and name.endswith(("indices", "idxs")) and value in (None, []):
+            setattr(config, name, [layers - 1])
+            return
+
+
+def _derived_kinds_list(config: Any) -> list[str] | None:
+    for name in _KIND_PROPERTIES:
+        try:
+            value = getattr(config, name, None)
+        except Exception:  # per-layer configs refuse some global reads
+            continue
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return value
+    return None
+
+
+def _builds_full_attention(config: Any) -> bool:
+    return '"full_attention"' in _modeling_source(config)
+
+
+def _modeling_source(config: Any) -> str:
+    """The source of the modeling module next to ``config``'s configuration module ("" when there is none): what
+    a rule about the model's use of a config field reads, since the config alone does not say."""
+    import importlib.util
+
+    module = type(config).__module__
+    if ".configuration_" not in module:
+        return ""
+    try:
+        spec = importlib.util.find_spec(module.replace(".configuration_", ".modeling_"))
+    except (ImportError, ValueError):
+        return ""
+    if spec is None or not spec.origin:
+        return ""
+    with open(spec.origin, encoding="utf-8") as source:
+        return source.read()
+
+
 # Mamba-2 state-space blocks, by config family: (heads, head dim, expand, B/C groups) field names.
 _SSM_HEADS = (
     ("num_heads", "head_dim", "expand", "n_groups"),  # Mamba-2
@@ -588,9 +760,8 @@ def _shrink_rope_sections(config: Any) -> None:
     defaults get one: their models fall back to a full-size split hard-coded in the modeling code.
     """
     uses_mrope = "mrope_section" in (getattr(type(config), "ignore_keys_at_rope_validation", None) or ())
-    for value in vars(config).values():
-        if not isinstance(value, dict):
-            continue
+    kinds = vars(config).get("layer_types")
+    for value in _rope_dicts(config, kinds if isinstance(kinds, list) else []):
         if uses_mrope and "rope_theta" in value and value.get("mrope_section") is None:
             value["mrope_section"] = list(_MROPE_DEFAULT)
         if not _ints(value.get("mrope_section")):
@@ -608,16 +779,48 @@ def _shrink_rope_sections(config: Any) -> None:
         value["mrope_section"] = type(sections)(scaled)
 
 
+
+def _rope_dicts(config: Any, kinds: list[Any]) -> list[dict[str, Any]]:
+    """The config's dict fields, and the per-layer-kind RoPE dicts nested in them (``{"full_attention": {...}}``)."""
+    dicts = [v for v in vars(config).values() if isinstance(v, dict)]
+    return dicts + [v for d in dicts for k, v in d.items() if k in kinds and isinstance(v, dict)]
+
+
+def _rope_per_layer_kind(config: Any) -> None:
+    """An empty ``rope_parameters`` dict in a config whose model reads one RoPE per layer kind gets a default
+    RoPE for each kind of its ``layer_types``: CohereCompass' text config defaults to ``{}`` (its checkpoint
+    sets them) and its rotary embedding reads ``rope_parameters[layer_type]`` (``KeyError: 'full_attention'``).
+    Only where the modeling module reads that per-kind entry."""
+    kinds = vars(config).get("layer_types")
+    if vars(config).get("rope_parameters") != {} or not _strs(kinds) or not _reads_rope_per_kind(config):
+        return
+    theta = getattr(config, "default_theta", None) or 10000.0
+    config.rope_parameters = {kind: {"rope_type": "default", "rope_theta": theta} for kind in dict.fromkeys(kinds)}
+
+
+def _strs(value: Any) -> bool:
+    return isinstance(value, list) and len(value) > 0 and all(isinstance(v, str) for v in value)
+
+
+def _reads_rope_per_kind(config: Any) -> bool:
+    return "rope_parameters[layer_type]" in _modeling_source(config)
+
+
 def _shrink_images(config: Any) -> None:
     fields = vars(config)
     image = fields.get("image_size")
+    # A patch made by a stem of strided convolutions (a ``stride`` field: LeViT's four stride-2 convs make its
+    # 16-pixel patch) is what the stem does, not a kernel size: shrunk, the model's attention-bias grid expects
+    # 32 / 8 = 4 positions where the stem leaves 2 (``The size of tensor a (4) must match ... (16)``).
+    patch = isinstance(fields.get("patch_size"), int) and fields["patch_size"] > PATCH and not isinstance(
+        fields.get("stride"), int)
     if isinstance(image, int) and image > IMAGE:
         config.image_size = IMAGE
-        if isinstance(fields.get("patch_size"), int) and fields["patch_size"] > PATCH:
+        if patch:
             config.patch_size = PATCH
     elif isinstance(image, (list, tuple)) and len(image) == 2 and image[0] > IMAGE:
         config.image_size = type(image)([IMAGE, IMAGE])
-        if isinstance(fields.get("patch_size"), int) and fields["patch_size"] > PATCH:
+        if patch:
             config.patch_size = PATCH
     stride, patch = fields.get("output_stride"), fields.get("patch_size")
     if isinstance(stride, int) and isinstance(patch, int) and isinstance(fields.get("image_size"), int):

@@ -330,3 +330,115 @@ def test_vision_feature_layers_the_shrunk_tower_lacks_count_from_its_end():
     config.validate()
     assert config.adapter_config.vision_feature_layer == [-1, -2]
     _forward(build_tiny("Molmo2Model"))
+
+
+@pytest.mark.parametrize(("name", "kinds"), [("BambaModel", "layers_block_type"), ("GraniteMoeHybridModel", "layer_types")])
+def test_hybrid_stacks_whose_default_is_all_mamba_get_an_attention_layer(name, kinds):
+    """Was: ``get_seq_length can only be called on Attention layers, and the current Cache seem to only contain
+    LinearAttention layers`` (Bamba's default ``attn_layer_indices`` is None, Granite 4.0-H's ``layer_types`` all
+    linear: no cache layer to ask for the sequence length)."""
+    tiny = build_tiny(name)
+    assert set(getattr(tiny.model.config, kinds)) == {"linear_attention", "full_attention"}
+    _forward(tiny)
+
+
+def test_pure_mamba_stacks_stay_without_attention():
+    import transformers
+
+    assert set(shrink_config(transformers.Mamba2Config()).layer_types) == {"linear_attention"}
+
+
+def test_an_empty_rope_dict_gets_one_rope_per_layer_kind():
+    """Was: ``KeyError: 'full_attention'`` (CohereCompass' text config defaults to ``rope_parameters={}``; its rotary
+    embedding reads ``rope_parameters[layer_type]``); the nested M-RoPE sections fit the tiny head."""
+    tiny = build_tiny("CohereCompassTextModel")
+    config = tiny.model.config
+    assert set(config.rope_parameters) == set(config.layer_types)
+    assert sum(config.rope_parameters["full_attention"]["mrope_section"]) == config.head_dim // 2
+    _forward(tiny)
+
+
+def test_qwen4_exp_indexer_sizes_are_filled():
+    """Was: ``unsupported operand type(s) for //: 'NoneType' and 'NoneType'`` (``indexer_budget //
+    indexer_compress_ratio``: the default config's "indexed_attention" layers need its five indexer fields)."""
+    tiny = build_tiny("Qwen4ExpTextModel")
+    assert "indexed_attention" in tiny.model.config.layer_types
+    _forward(tiny)
+
+
+@pytest.mark.parametrize(("name", "field", "kinds"), [
+    ("Lfm2MoeModel", "layer_types", ["full_attention", "conv"]),
+    ("DeepseekOcr2Model", "text_config.mlp_layer_types", ["dense", "sparse"]),
+])
+def test_per_layer_kind_lists_left_unset_get_every_kind_the_model_compares(name, field, kinds):
+    """Was: ``'NoneType' object is not subscriptable`` (``config.layer_types[layer_idx] != "conv"``)."""
+    tiny = build_tiny(name)
+    owner = tiny.model.config
+    for part in field.split(".")[:-1]:
+        owner = getattr(owner, part)
+    assert getattr(owner, field.split(".")[-1]) == kinds
+    _forward(tiny)
+
+
+def test_head_channel_lists_left_unset_get_one_block_and_per_layer_heads_shrink():
+    """Was: ``'NoneType' object is not subscriptable`` (Sapiens2's head reads ``upsample_out_channels[:-1]``) and,
+    in its backbone, ``The size of tensor a (4) must match the size of tensor b (16)`` (per-layer key-value heads
+    left at 16 against 4 query heads). The optional scale branch (tested for None by the model) stays unset."""
+    tiny = build_tiny("Sapiens2ForImageMatting")
+    config = tiny.model.config
+    assert config.head_config.upsample_out_channels == [32] and config.head_config.scale_conv_out_channels is None
+    assert max(config.num_key_value_heads_per_layer) <= config.num_attention_heads
+    _forward(tiny)
+
+
+def test_navit_towers_get_patch_sequences_where_the_forward_leaves_them_optional():
+    """Was: ``mat1 and mat2 shapes cannot be multiplied (192x32 and 768x32)`` (Siglip2Model got a 4-d image and
+    its vision tower's 16-pixel patches were read with the parent's default)."""
+    tiny = build_tiny("Siglip2Model")
+    assert tiny.inputs["pixel_values"].dim() == 3 and "spatial_shapes" in tiny.inputs
+    assert tiny.inputs["pixel_values"].shape[-1] == 3 * tiny.model.config.vision_config.patch_size ** 2
+    _forward(tiny)
+
+
+@pytest.mark.parametrize(("name", "dims"), [("MuseGlimmerVisionModel", 2), ("Kimi_K25VisionModel", 4)])
+def test_grid_towers_get_all_patches_in_one_sequence_where_they_read_them_so(name, dims):
+    """Was: ``The size of tensor a (16) must match the size of tensor b (32)`` (MuseGlimmer's position table spans
+    every image's grid; its temporal patch is ``patch_temporal``) and ``expected input[1, 2, 16, 588] to have 3
+    channels`` (Kimi-K2.5's convolution patch embedding)."""
+    tiny = build_tiny(name)
+    assert tiny.inputs["pixel_values"].dim() == dims
+    _forward(tiny)
+
+
+@pytest.mark.parametrize("name", ["GraniteSpeech5ForCTC", "GraniteSpeech5Encoder"])
+def test_stacked_frame_features_are_as_wide_as_the_linear_layer_reading_them(name):
+    """Was: ``mat1 and mat2 shapes cannot be multiplied (64x16 and 64x32)`` (4 stacked frames of 16 bins), then
+    ``The size of tensor a (4) must match the size of tensor b (8)`` (keys and values sized by the query heads)."""
+    tiny = build_tiny(name)
+    assert tiny.inputs["input_features"].shape[-1] == 4 * 16
+    _forward(tiny)
+
+
+def test_a_strided_conv_stem_keeps_its_patch_size():
+    """Was: ``The size of tensor a (4) must match the size of tensor b (16)`` (LeViT's four stride-2 convolutions
+    make its 16-pixel patch; shrunk to 8 its attention-bias grid expected twice the positions)."""
+    tiny = build_tiny("LevitModel")
+    assert tiny.model.config.patch_size == 16
+    _forward(tiny)
+
+
+def test_a_neck_width_read_by_sibling_towers_follows_them():
+    """Was: ``The size of tensor a (256) must match the size of tensor b (32)`` (SAM's vision ``output_channels``
+    and ``num_pos_feats`` left at full size against a 32-wide prompt encoder and mask decoder)."""
+    tiny = build_tiny("SamModel")
+    config = tiny.model.config
+    assert config.vision_config.output_channels == config.prompt_encoder_config.hidden_size == 32
+    assert 2 * config.vision_config.num_pos_feats == config.mask_decoder_config.hidden_size
+    _forward(tiny)
+
+
+def test_token_ids_the_model_reads_but_its_config_lacks_are_filled():
+    """Was: ``'Qwen2_5OmniThinkerConfig' object has no attribute 'vision_start_token_id'``."""
+    tiny = build_tiny("Qwen2_5OmniThinkerModel")
+    assert tiny.model.config.vision_start_token_id < tiny.model.config.text_config.vocab_size
+    _forward(tiny)
