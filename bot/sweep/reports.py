@@ -128,7 +128,12 @@ def census_markdown(census: Sequence[Mapping[str, Any]]) -> list[str]:
         f"({', '.join(f'{status} {n}' for status, n in counts.most_common())}). An export can only be tried on "
         "those; the rest are builder gaps (or optional dependencies missing here), listed by cause. Where timm is "
         "not installed, configs whose default backbone is timm's (the DETR family) are built with "
-        "`use_timm_backbone=False`, their native ResNet or Swin backbone (`exporters.tiny_shrink.default_config`):",
+        "`use_timm_backbone=False`, their native ResNet or Swin backbone (`exporters.tiny_shrink.default_config`). "
+        "timm and Pillow stay out of the environment (the TimmWrapper, EdgeTam, FastVlm, PeVideo and PeAudioVideo "
+        "gaps, TimmBackbone): timm imports torchvision, and the only torchvision for torch 2.13 that pip reaches "
+        "here, PyPI's 0.28.0, is a CUDA 13 build (it bundles libcudart) whose operators do not register against "
+        "torch 2.13.0+cpu (`import torchvision` fails: `operator torchvision::nms does not exist`); the matching "
+        "CPU build is on download.pytorch.org only, which is unreachable here:",
         "",
     ]
     return lines + _md_table(
