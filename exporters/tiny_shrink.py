@@ -67,6 +67,16 @@ _NONE_FILL = {
     "indexer_n_heads": KV_HEADS, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM, "indexer_budget": 4,
     "indexer_compress_ratio": 2,
 }
+# Optional fields left ``None`` that some model uses without testing for ``None``: filled only where its modeling
+# module never does (DBRX clamps q/k/v to +-clip_qkv: ``torch.clamp: At least one of 'min' or 'max' must not be
+# None``; its checkpoints use 8); MPT and OLMo test ``if ...clip_qkv`` first and keep their unclamped default.
+_UNGUARDED_NONE_FILL = {"clip_qkv": 8.0}
+
+
+def _guarded(name: str, source: str) -> bool:
+    import re
+
+    return re.search(rf"if [\w.]*\b{name}(?: is not None)?:", source) is not None
 _FIXED: dict[str, Any] = {
     "max_position_embeddings": lambda old: min(old, 128) if isinstance(old, int) else old,
     "max_source_positions": lambda old: min(old, 16) if isinstance(old, int) else old,
@@ -294,7 +304,24 @@ def _fill_missing(config: Any) -> Any:
     if "num_key_value_heads" not in fields and isinstance(fields.get("num_attention_heads"), int):
         config.num_key_value_heads = fields["num_attention_heads"]  # one key per head: plain multi-head attention
     _fill_read_token_ids(config)
+    _rope_base_for_sub_configs(config)
     return config
+
+
+def _rope_base_for_sub_configs(config: Any) -> None:
+    """A sub-config whose model reads ``<name>.rope_theta`` from it but that no longer declares one (DBRX's
+    attention config: its RoPE base moved to the parent's ``rope_parameters``, and ``DbrxModel(DbrxConfig())``
+    fails with ``'DbrxAttentionConfig' object has no attribute 'rope_theta'``) gets the parent's base."""
+    theta = (vars(config).get("rope_parameters") or {}).get("rope_theta")
+    if not isinstance(theta, (int, float)):
+        return
+    source = None
+    for name, sub in _sub_configs(config):
+        if hasattr(sub, "rope_theta"):
+            continue
+        source = _modeling_source(config) if source is None else source
+        if f"{name}.rope_theta" in source:
+            sub.rope_theta = theta
 
 
 def _fill_read_token_ids(config: Any) -> None:
@@ -348,6 +375,9 @@ def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
     mla_sums = {n for n in ("qk_head_dim", "head_dim") if _ints(mla_parts) and fields.get(n) == sum(mla_parts)}
     for name, value in _NONE_FILL.items():
         if name in fields and fields[name] is None:
+            setattr(config, name, value)
+    for name, value in _UNGUARDED_NONE_FILL.items():
+        if name in fields and fields[name] is None and not _guarded(name, _modeling_source(config)):
             setattr(config, name, value)
     for name in _HIDDEN_FIELDS:
         if isinstance(fields.get(name), int) and fields[name] > HIDDEN:

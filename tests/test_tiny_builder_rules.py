@@ -442,3 +442,14 @@ def test_token_ids_the_model_reads_but_its_config_lacks_are_filled():
     tiny = build_tiny("Qwen2_5OmniThinkerModel")
     assert tiny.model.config.vision_start_token_id < tiny.model.config.text_config.vocab_size
     _forward(tiny)
+
+
+def test_dbrx_default_config_gets_the_fields_its_attention_reads():
+    """Was: ``'DbrxAttentionConfig' object has no attribute 'rope_theta'``, then ``torch.clamp: At least one of
+    'min' or 'max' must not be None`` (an unguarded ``clip_qkv`` of None); OLMo, which tests it, stays unclamped."""
+    import transformers
+
+    tiny = build_tiny("DbrxModel")
+    assert tiny.model.config.attn_config.clip_qkv == 8.0
+    assert shrink_config(transformers.OlmoConfig()).clip_qkv is None
+    _forward(tiny)
