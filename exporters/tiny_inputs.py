@@ -73,6 +73,10 @@ def _make(
     vocab = _vocab(config)
     if name.endswith("input_ids"):  # input_ids, decoder_input_ids, qformer_input_ids
         return torch.randint(3, vocab, (batch, sequence), generator=generator)
+    length = getattr(config, name.removesuffix("_inputs") + "_seq_len", None) if name.endswith("_inputs") else None
+    if isinstance(length, int):  # tokenised prompts of a fixed length (OneFormer's task_inputs, task_seq_len 77)
+        vocabs = [v for f, v in vars(config).items() if f.endswith("vocab_size") and isinstance(v, int)]
+        return torch.randint(3, min([*vocabs, VOCAB]), (batch, length), generator=generator)
     if name in ("attention_mask", "decoder_attention_mask"):
         return padded_mask(batch, sequence, side)
     if name == "token_type_ids":

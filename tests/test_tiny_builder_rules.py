@@ -453,3 +453,12 @@ def test_dbrx_default_config_gets_the_fields_its_attention_reads():
     assert tiny.model.config.attn_config.clip_qkv == 8.0
     assert shrink_config(transformers.OlmoConfig()).clip_qkv is None
     _forward(tiny)
+
+
+def test_fixed_length_prompt_inputs_get_token_ids_of_that_length():
+    """Was: ``OneFormerModel: cannot make a sample for required input 'task_inputs'`` (the tokenised task prompt,
+    ``task_seq_len`` 77 ids)."""
+    tiny = build_tiny("OneFormerModel")
+    assert tiny.inputs["task_inputs"].shape == (2, tiny.model.config.task_seq_len)
+    assert not tiny.inputs["task_inputs"].is_floating_point()
+    _forward(tiny)
