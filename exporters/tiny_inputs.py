@@ -67,12 +67,19 @@ def _input_features(
     return torch.randn(batch, 32, width, generator=generator)
 
 
+REGIONS = 4  # detected regions per image, for models fed a detector's region features
+
+
 def _make(
     name: str, config: Any, batch: int, sequence: int, generator: torch.Generator, side: str = "right"
 ) -> torch.Tensor | None:
     vocab = _vocab(config)
     if name.endswith("input_ids"):  # input_ids, decoder_input_ids, qformer_input_ids
         return torch.randint(3, vocab, (batch, sequence), generator=generator)
+    if name == "visual_feats":  # one feature vector per detected region, REGIONS of them
+        return torch.randn(batch, REGIONS, config.visual_feat_dim, generator=generator)
+    if name == "visual_pos":  # their normalised boxes
+        return torch.rand(batch, REGIONS, config.visual_pos_dim, generator=generator)
     length = getattr(config, name.removesuffix("_inputs") + "_seq_len", None) if name.endswith("_inputs") else None
     if isinstance(length, int):  # tokenised prompts of a fixed length (OneFormer's task_inputs, task_seq_len 77)
         vocabs = [v for f, v in vars(config).items() if f.endswith("vocab_size") and isinstance(v, int)]
@@ -264,6 +271,10 @@ def sample_inputs(
             inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         if required and name not in wanted:
             wanted.append(name)
+    if "visual_feats" in parameters and isinstance(getattr(config, "visual_feat_dim", None), int):
+        # Region features of a detector (LXMERT): optional in the signature, required by the forward
+        # (```visual_feats` cannot be `None```), with their boxes.
+        wanted += [p for p in ("visual_feats", "visual_pos") if p in parameters and p not in wanted]
     if "pixel_values" in wanted and "spatial_shapes" in parameters:
         # NaViT-style towers (Siglip2) read their images as patch sequences with shapes and a mask even where the
         # forward leaves them optional (a 4-d image there met a Linear patch embedding: ``mat1 and mat2 shapes``).

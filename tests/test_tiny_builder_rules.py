@@ -462,3 +462,12 @@ def test_fixed_length_prompt_inputs_get_token_ids_of_that_length():
     assert tiny.inputs["task_inputs"].shape == (2, tiny.model.config.task_seq_len)
     assert not tiny.inputs["task_inputs"].is_floating_point()
     _forward(tiny)
+
+
+def test_region_feature_models_get_features_and_boxes():
+    """Was: ```visual_feats` cannot be `None``` (LXMERT's signature leaves its detector's region features optional)."""
+    tiny = build_tiny("LxmertModel")
+    config = tiny.model.config
+    assert tiny.inputs["visual_feats"].shape[::2] == (2, config.visual_feat_dim)
+    assert tiny.inputs["visual_pos"].shape[-1] == config.visual_pos_dim
+    _forward(tiny)
