@@ -150,20 +150,31 @@ def _values_take_every_head(model: torch.nn.Module) -> bool:
     """Turn grouped-query attention back into multi-head attention in (sub-)configs whose attention sizes
     ``v_proj`` by the query heads and ``k_proj`` by the key-value heads (Nemotron 3 Diarization): eager SDPA
     broadcasts k and v separately, but under export ``repeat_kv`` repeats both by the group size, so v ends up
-    with more heads than q. Their default configs are multi-head; only the shrinker made them grouped. True
-    when a config was changed (the model must be rebuilt)."""
-    changed = False
+    with more heads than q. Their default configs are multi-head; only the shrinker made them grouped. Also
+    configs whose every attention sizes keys and values by the query heads (Granite Speech 5's block attention,
+    where SDPA's grouping then doubled them: ``The size of tensor a (4) must match the size of tensor b (8)``);
+    not where some attention of the config is grouped as the config says (MiMo-V2-Flash doubles its key-value
+    heads in sliding layers only, so those match the query heads). True when a config was changed (the model
+    must be rebuilt)."""
+    attentions: dict[int, tuple[Any, list[str]]] = {}
     for module in model.modules():
         queries, keys, values, config = (getattr(module, n, None) for n in ("q_proj", "k_proj", "v_proj", "config"))
         if not (isinstance(keys, torch.nn.Linear) and isinstance(values, torch.nn.Linear) and config is not None):
             continue
         heads, kv_heads = vars(config).get("num_attention_heads"), vars(config).get("num_key_value_heads")
-        # Or keys and values both sized by the query heads (Granite Speech 5's block attention), where SDPA's
-        # grouping then doubles them: ``The size of tensor a (4) must match the size of tensor b (8)``.
-        every_head = isinstance(queries, torch.nn.Linear) and queries.out_features == keys.out_features == values.out_features
-        if type(heads) is int and type(kv_heads) is int and kv_heads < heads \
-                and (keys.out_features * heads == values.out_features * kv_heads or every_head):
-            config.num_key_value_heads = heads
+        if not (type(heads) is int and type(kv_heads) is int and kv_heads < heads):
+            continue
+        if keys.out_features * heads == values.out_features * kv_heads:
+            kind = "values by query heads"
+        elif isinstance(queries, torch.nn.Linear) and queries.out_features == keys.out_features == values.out_features:
+            kind = "every head"
+        else:
+            kind = "grouped"
+        attentions.setdefault(id(config), (config, []))[1].append(kind)
+    changed = False
+    for config, kinds in attentions.values():
+        if "values by query heads" in kinds or (kinds and set(kinds) == {"every head"}):
+            config.num_key_value_heads = config.num_attention_heads
             changed = True
     return changed
 

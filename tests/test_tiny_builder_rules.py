@@ -471,3 +471,10 @@ def test_region_feature_models_get_features_and_boxes():
     assert tiny.inputs["visual_feats"].shape[::2] == (2, config.visual_feat_dim)
     assert tiny.inputs["visual_pos"].shape[-1] == config.visual_pos_dim
     _forward(tiny)
+
+
+def test_a_config_with_grouped_attention_somewhere_stays_grouped():
+    """MiMo-V2-Flash doubles its key-value heads in sliding layers only (there they match the 4 query heads); its
+    full-attention layers are grouped as the config says, so the multi-head rule leaves it alone."""
+    config = build_tiny("MiMoV2FlashModel").model.config
+    assert config.num_key_value_heads < config.num_attention_heads
