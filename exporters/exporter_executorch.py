@@ -34,6 +34,7 @@ import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 
 from exporters import executorch_lowering  # noqa: F401  (registers the lowering speed patches)
+from exporters import executorch_ops  # noqa: F401  (registers the fixes for ops without a portable kernel)
 from exporters.base import ExportResult, config_as_dict, start_export
 from exporters.bundle import RUNTIMES
 from exporters.exporter_dynamo import (

@@ -1,0 +1,132 @@
+"""ExecuTorch fixes for Core ATen operators without a portable kernel (exporters/executorch_ops.py).
+
+Such an operator lowers and is written, so the failure shows only when the ``.pte`` is loaded back: every
+test here runs the written file in ``executorch.runtime``, as a user would.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from exporters.executorch_ops import scatter_reduce_by_mask
+from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+
+FIX = "_fix_scatter_reduce_without_portable_kernel"
+REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+SEGMENTS, TOKENS = 6, 10
+
+
+class SegmentReduce(torch.nn.Module):
+    """Tapas' segment reduction, ``zeros(segments).scatter_reduce(0, index, values, reduce, include_self)``,
+    batched (dim 1) and with both ``include_self``."""
+
+    def __init__(self, reduce: str) -> None:
+        super().__init__()
+        self.reduce = reduce
+
+    def forward(self, base: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            base.scatter_reduce(1, index, values, self.reduce, include_self=False),
+            base.scatter_reduce(1, index, values, self.reduce, include_self=True),
+        )
+
+
+def _inputs(seed: int) -> dict[str, torch.Tensor]:
+    """Repeated segment ids and, as ids are drawn below ``SEGMENTS - 2``, at least two empty segments."""
+    generator = torch.Generator().manual_seed(seed)
+    return {
+        "base": torch.randn(2, SEGMENTS, generator=generator),
+        "index": torch.randint(0, SEGMENTS - 2, (2, TOKENS), generator=generator),
+        "values": torch.randn(2, TOKENS, generator=generator),
+    }
+
+
+def _run_pte(path: Path, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(path.read_bytes())
+    return list(program.load_method("forward").execute(inputs))
+
+
+def _assert_matches(reduce: str, ran: list[torch.Tensor], eager: tuple[torch.Tensor, ...]) -> None:
+    assert len(ran) == len(eager)
+    for got, want in zip(ran, eager, strict=True):
+        if reduce in ("amax", "amin"):
+            assert torch.equal(got, want), (got, want)
+        else:
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize(("reduce", "dtype"), [(r, torch.float32) for r in REDUCTIONS]
+                         + [(r, torch.int64) for r in REDUCTIONS if r != "mean"])  # integer mean: left alone
+def test_scatter_reduce_rewrite_matches_aten(reduce, dtype, dim):
+    generator = torch.Generator().manual_seed(7)
+    base = (torch.randn(5, 6, generator=generator) * 4).to(dtype)
+    src = (torch.randn(5, 6, generator=generator) * 4).to(dtype)
+    index = torch.randint(0, base.shape[dim] - 2, src.shape, generator=generator)
+
+    class Model(torch.nn.Module):
+        def forward(self, base, index, src):
+            return tuple(base.scatter_reduce(dim, index, src, reduce, include_self=flag) for flag in (False, True))
+
+    program = torch.export.export(Model(), (base, index, src))
+    fired = sum(scatter_reduce_by_mask(program.graph_module, node) for node in list(program.graph.nodes))
+    program.graph_module.recompile()
+    assert fired == 2 and "scatter_reduce" not in program.graph_module.code
+    _assert_matches(reduce, list(program.module()(base, index, src)), Model()(base, index, src))
+
+
+def test_scatter_reduce_rewrite_leaves_what_it_does_not_handle():
+    class IntegerMean(torch.nn.Module):
+        def forward(self, base, index, src):
+            return base.scatter_reduce(0, index, src, "mean")
+
+    class ShortIndex(torch.nn.Module):  # index smaller than self on a non-scatter dim
+        def forward(self, base, index, src):
+            return base.scatter_reduce(0, index, src, "sum")
+
+    cases = [
+        (IntegerMean(), (torch.zeros(4, dtype=torch.int64), torch.tensor([0, 1, 1]), torch.tensor([3, 4, 6]))),
+        (ShortIndex(), (torch.zeros(4, 3), torch.zeros(2, 2, dtype=torch.int64), torch.ones(2, 2))),
+    ]
+    for model, args in cases:
+        program = torch.export.export(model, args)
+        assert not any(scatter_reduce_by_mask(program.graph_module, node) for node in list(program.graph.nodes))
+        assert "scatter_reduce" in program.graph_module.code
+
+
+@pytest.mark.parametrize("reduce", REDUCTIONS)
+def test_executorch_runs_scatter_reduce_from_the_written_pte(reduce, tmp_path):
+    model, inputs = SegmentReduce(reduce).eval(), _inputs(0)
+    result = ExecutorchExporter(ExecutorchConfig()).export(model, inputs)
+    assert result.metadata.workarounds_fired[FIX] == 2
+    written = result.save(tmp_path / reduce)["artifact"]
+    for seed in (0, 1):  # the traced example, and index values the trace never saw
+        fresh = _inputs(seed)
+        _assert_matches(reduce, _run_pte(written, list(fresh.values())), model(**fresh))
+
+
+def test_without_the_fix_the_written_pte_cannot_be_loaded(tmp_path):
+    model, inputs = SegmentReduce("amax").eval(), _inputs(0)
+    without = ExecutorchExporter(ExecutorchConfig(without=frozenset({FIX}))).export(model, inputs)
+    assert FIX not in without.metadata.workarounds_fired
+    missing = r"Failed to load method forward, error: 0x:?14"  # Error::OperatorMissing
+    written = without.save(tmp_path / "unvalidated", validate=False)["artifact"]
+    with pytest.raises(RuntimeError, match=missing):
+        _run_pte(written, list(inputs.values()))
+    with pytest.raises(RuntimeError, match=missing):  # save() loads what it wrote back before keeping it
+        without.save(tmp_path / "validated")
+
+
+@pytest.mark.slow
+def test_tapas_classification_runs_with_scatter_reduce_as_masks():
+    from exporters.tiny import build_tiny
+
+    tiny = build_tiny("TapasForSequenceClassification")
+    result = ExecutorchExporter(ExecutorchConfig()).export(tiny.model, tiny.inputs, validate=True)
+    assert result.metadata.workarounds_fired[FIX] >= 1
+    assert result.validation.status == "pass", result.validation.problems()
