@@ -1,8 +1,9 @@
-"""ExecuTorch fixes for Core ATen operators that the portable runtime has no kernel for.
+"""ExecuTorch fixes for Core ATen operators that the portable runtime cannot run.
 
 The edge verifier accepts every Core ATen operator, so a program using one without a portable kernel lowers
 and is written to a ``.pte`` that no user can load: ``load_method("forward")`` fails with error 0x14
-(``Error::OperatorMissing``). Each fix here rewrites such an operator, before lowering, into operators that
+(``Error::OperatorMissing``); one whose portable kernel rejects the traced arguments loads and fails in
+``execute`` (0x12, ``Error::InvalidArgument``). Each fix here rewrites such an operator, before lowering, into operators that
 ``executorch.extension.pybindings.portable_lib._get_operator_names()`` lists. Registered on the
 ``"executorch"`` backend (stage 5 of ``exporters.exporter_executorch``), so ``grep -n "@register_"`` finds them.
 """
@@ -15,7 +16,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from exporters.fx_rewrites import emitter
 from exporters.utils import register_fx_node_fix
 
-__all__ = ["scatter_reduce_by_mask"]
+__all__ = ["conv3d_as_conv2d_sum", "scatter_reduce_by_mask"]
 
 _REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 
@@ -113,3 +114,63 @@ def _fix_scatter_reduce_without_portable_kernel(graph_module: torch.fx.GraphModu
     :func:`scatter_reduce_by_mask` for the rewrite, its exactness and its memory cost.
     """
     return scatter_reduce_by_mask(graph_module, node)
+
+
+def _triple(value: list[int] | tuple[int, ...]) -> list[int]:
+    return list(value) * 3 if len(value) == 1 else list(value)
+
+
+def conv3d_as_conv2d_sum(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write ``aten.conv3d`` on a 5-D input as one 2-D convolution per temporal kernel offset, summed.
+
+    ``out[:, :, t] = sum_k conv2d(x_padded[:, :, t * stride_t + k * dilation_t], weight[:, :, k])`` (bias added
+    once): the frames each kernel offset sees are one strided ``slice`` of the time-padded input, folded into the
+    batch (``[N * T_out, C, H, W]``), so a kernel of depth ``k_t`` costs ``k_t`` conv2d calls and no copy of the
+    input per output frame. Equal to ATen's up to the order of the sum over the depth. Handled: ``conv3d.default``
+    with list padding on a 5-D input whose non-batch sizes are static; returns True when it rewrote ``node``.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten.conv3d.default:
+        return False
+    x, weight = node.args[0], node.args[1]
+    bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+    names_defaults = (("stride", [1]), ("padding", [0]), ("dilation", [1]))
+    stride, padding, dilation = (
+        _triple(node.args[3 + i] if len(node.args) > 3 + i else node.kwargs.get(name, default))
+        for i, (name, default) in enumerate(names_defaults)
+    )
+    groups = node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
+    x_value, weight_value, out = x.meta.get("val"), weight.meta.get("val"), node.meta.get("val")
+    if not all(isinstance(v, torch.Tensor) for v in (x_value, weight_value, out)) or x_value.dim() != 5:
+        return False
+    if not all(isinstance(size, int) for size in (*x_value.shape[1:], *out.shape[1:], *weight_value.shape)):
+        return False
+    aten, emit = torch.ops.aten, emitter(graph_module, node)
+    channels, frames_out = x_value.shape[1], out.shape[2]
+    if padding[0]:
+        x = emit(aten.constant_pad_nd.default, x, [0, 0, 0, 0, padding[0], padding[0]], 0.0)
+    total = None
+    for offset in range(weight_value.shape[2]):
+        start = offset * dilation[0]
+        frames = emit(aten.slice.Tensor, x, 2, start, start + stride[0] * (frames_out - 1) + 1, stride[0])
+        frames = emit(aten.reshape.default, emit(aten.permute.default, frames, [0, 2, 1, 3, 4]),
+                      [-1, channels, *x_value.shape[3:]])  # fmt: skip
+        partial = emit(aten.conv2d.default, frames, emit(aten.select.int, weight, 2, offset),
+                       bias if total is None else None, stride[1:], padding[1:], dilation[1:], groups)  # fmt: skip
+        total = partial if total is None else emit(aten.add.Tensor, total, partial)
+    folded = emit(aten.reshape.default, total, [-1, frames_out, *out.shape[1:2], *out.shape[3:]])
+    result = emit(aten.contiguous.default, emit(aten.permute.default, folded, [0, 2, 1, 3, 4]))
+    node.replace_all_uses_with(result)
+    graph_module.graph.erase_node(node)
+    return True
+
+
+@register_fx_node_fix("executorch", upstream=None, dependency="executorch")
+def _fix_conv3d_without_portable_kernel(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write ``conv3d`` as summed ``conv2d`` calls: the portable convolution kernel takes only 3-D and 4-D input.
+
+    Video patch embeddings (VJEPA2's ``nn.Conv3d`` tubelets, modeling_vjepa2.py) are not taken by XNNPACK and
+    stay on the portable ``aten::convolution.out``, which rejects them at run time: ``Check failed (in.dim() ==
+    3 || in.dim() == 4): Expect input tensor to be 3-D or 4-D, but got, 5.`` and ``method->execute() failed
+    with error 0x12``. See :func:`conv3d_as_conv2d_sum`; the 2-D convolutions it writes are delegated to XNNPACK.
+    """
+    return conv3d_as_conv2d_sum(graph_module, node)
