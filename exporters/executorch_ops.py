@@ -164,13 +164,14 @@ def conv3d_as_conv2d_sum(graph_module: torch.fx.GraphModule, node: torch.fx.Node
     return True
 
 
-@register_fx_node_fix("executorch", upstream=None, dependency="executorch")
+@register_fx_node_fix("executorch", upstream="https://github.com/pytorch/executorch/issues/11704", dependency="executorch")
 def _fix_conv3d_without_portable_kernel(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Write ``conv3d`` as summed ``conv2d`` calls: the portable convolution kernel takes only 3-D and 4-D input.
 
     Video patch embeddings (VJEPA2's ``nn.Conv3d`` tubelets, modeling_vjepa2.py) are not taken by XNNPACK and
     stay on the portable ``aten::convolution.out``, which rejects them at run time: ``Check failed (in.dim() ==
     3 || in.dim() == 4): Expect input tensor to be 3-D or 4-D, but got, 5.`` and ``method->execute() failed
-    with error 0x12``. See :func:`conv3d_as_conv2d_sum`; the 2-D convolutions it writes are delegated to XNNPACK.
+    with error 0x12`` (pytorch/executorch#11704; 5-D support in the portable kernel is pytorch/executorch#19977,
+    not in executorch 1.5.1). See :func:`conv3d_as_conv2d_sum`; the 2-D convolutions it writes go to XNNPACK.
     """
     return conv3d_as_conv2d_sum(graph_module, node)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from exporters.executorch_ops import scatter_reduce_by_mask
+from exporters.executorch_ops import conv3d_as_conv2d_sum, scatter_reduce_by_mask
 from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
 
 FIX = "_fix_scatter_reduce_without_portable_kernel"
@@ -120,6 +120,44 @@ def test_without_the_fix_the_written_pte_cannot_be_loaded(tmp_path):
         _run_pte(written, list(inputs.values()))
     with pytest.raises(RuntimeError, match=missing):  # save() loads what it wrote back before keeping it
         without.save(tmp_path / "validated")
+
+
+class Tubelets(torch.nn.Module):
+    """VJEPA2's video patch embedding, ``Conv3d(...)(x).flatten(2).transpose(1, 2)``, and a padded, dilated,
+    grouped 3-D convolution without bias."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Conv3d(4, 6, kernel_size=(2, 4, 4), stride=(2, 4, 4))
+        self.other = torch.nn.Conv3d(4, 6, 3, stride=(2, 1, 2), padding=(1, 0, 1), dilation=(2, 1, 1), groups=2,
+                                     bias=False)  # fmt: skip
+
+    def forward(self, video: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.embed(video).flatten(2).transpose(1, 2), self.other(video)
+
+
+def test_conv3d_rewrite_matches_aten():
+    model, video = Tubelets().eval(), torch.randn(2, 4, 7, 9, 9)
+    program = torch.export.export(model, (video,))
+    fired = sum(conv3d_as_conv2d_sum(program.graph_module, node) for node in list(program.graph.nodes))
+    program.graph_module.recompile()
+    assert fired == 2 and "conv3d" not in program.graph_module.code
+    for got, want in zip(program.module()(video), model(video), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_executorch_runs_conv3d_from_the_written_pte(tmp_path):
+    model, inputs = Tubelets().eval(), {"video": torch.randn(2, 4, 7, 9, 9)}
+    result = ExecutorchExporter(ExecutorchConfig()).export(model, inputs)
+    assert result.metadata.workarounds_fired["_fix_conv3d_without_portable_kernel"] == 2
+    written = result.save(tmp_path / "tubelets")["artifact"]
+    for got, want in zip(_run_pte(written, [inputs["video"]]), model(**inputs), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4)
+
+    without = ExecutorchConfig(without=frozenset({"_fix_conv3d_without_portable_kernel"}))
+    unfixed = ExecutorchExporter(without).export(model, inputs).save(tmp_path / "unfixed", validate=False)
+    with pytest.raises(RuntimeError, match=r"method->execute\(\) failed with error 0x:?12"):  # InvalidArgument
+        _run_pte(unfixed["artifact"], [inputs["video"]])
 
 
 @pytest.mark.slow
