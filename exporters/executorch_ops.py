@@ -16,7 +16,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from exporters.fx_rewrites import emitter
 from exporters.utils import register_fx_node_fix
 
-__all__ = ["conv3d_as_conv2d_sum", "scatter_reduce_by_mask"]
+__all__ = ["conv3d_as_conv2d_sum", "scatter_reduce_by_mask", "sort_as_topk"]
 
 _REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 
@@ -175,3 +175,41 @@ def _fix_conv3d_without_portable_kernel(graph_module: torch.fx.GraphModule, node
     not in executorch 1.5.1). See :func:`conv3d_as_conv2d_sum`; the 2-D convolutions it writes go to XNNPACK.
     """
     return conv3d_as_conv2d_sum(graph_module, node)
+
+
+def sort_as_topk(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write ``aten.sort(x, dim, descending)`` as ``aten.topk(x, x.size(dim), dim, largest=descending, sorted=True)``.
+
+    The k largest (or smallest) of all ``k = x.size(dim)`` elements, in order, are the sorted values, and
+    ``topk`` returns the same (values, indices) pair, so the node keeps its users and its ``meta["val"]``.
+    Values are exact. Indices of equal values may come in another order than ATen's, which an unstable sort
+    leaves unspecified anyway; ``stable=True`` is left alone, as is a dim of symbolic size. Returns True when it
+    rewrote ``node``.
+    """
+    if node.op != "call_function":
+        return False
+    if node.target is torch.ops.aten.sort.default:
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", -1)
+        descending = node.args[2] if len(node.args) > 2 else node.kwargs.get("descending", False)
+    elif node.target is torch.ops.aten.sort.stable and not node.kwargs.get("stable"):
+        dim, descending = node.kwargs.get("dim", -1), node.kwargs.get("descending", False)
+    else:
+        return False
+    value = node.args[0].meta.get("val")
+    if not isinstance(value, torch.Tensor) or value.dim() == 0 or not isinstance(value.shape[dim], int):
+        return False
+    node.target = torch.ops.aten.topk.default
+    node.args, node.kwargs = (node.args[0], value.shape[dim], dim, bool(descending), True), {}
+    return True
+
+
+@register_fx_node_fix("executorch", upstream="https://github.com/pytorch/executorch/issues/11320", dependency="executorch")
+def _fix_sort_without_portable_kernel(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Sort with ``topk`` over the whole dim: the portable runtime has ``aten::topk.values`` but no sort kernel.
+
+    SamHQ's mask decoder orders its masks by predicted IoU, ``torch.sort(iou_pred, dim=2, descending=True)``
+    (modeling_sam_hq.py); the ``.pte`` is written but ``load_method("forward")`` fails with ``Failed to load
+    method forward, error: 0x:14`` (``Missing operator: aten::sort.values``; pytorch/executorch#11320, the
+    portable library's Core ATen coverage, which tracks the missing sort kernel). See :func:`sort_as_topk`.
+    """
+    return sort_as_topk(graph_module, node)

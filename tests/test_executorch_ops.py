@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from exporters.executorch_ops import conv3d_as_conv2d_sum, scatter_reduce_by_mask
+from exporters.executorch_ops import conv3d_as_conv2d_sum, scatter_reduce_by_mask, sort_as_topk
 from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
 
 FIX = "_fix_scatter_reduce_without_portable_kernel"
@@ -158,6 +158,52 @@ def test_executorch_runs_conv3d_from_the_written_pte(tmp_path):
     unfixed = ExecutorchExporter(without).export(model, inputs).save(tmp_path / "unfixed", validate=False)
     with pytest.raises(RuntimeError, match=r"method->execute\(\) failed with error 0x:?12"):  # InvalidArgument
         _run_pte(unfixed["artifact"], [inputs["video"]])
+
+
+class Sorts(torch.nn.Module):
+    """SamHQ's ``torch.sort(iou_pred, dim=2, descending=True)`` with the order applied by ``gather``, and an
+    ascending sort over the last dim."""
+
+    def forward(self, scores: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ordered, order = torch.sort(scores, dim=2, descending=True)
+        ascending, positions = scores.sort(-1)
+        return ordered, order, scores.gather(2, order), ascending, positions
+
+
+class StableSort(torch.nn.Module):
+    def forward(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return scores.sort(stable=True)
+
+
+def _scores() -> torch.Tensor:
+    return torch.randperm(2 * 3 * 4 * 5, generator=torch.Generator().manual_seed(3)).float().view(2, 3, 4, 5)  # no ties
+
+
+def test_sort_rewrite_matches_aten():
+    model, scores = Sorts(), _scores()
+    program = torch.export.export(model, (scores,))
+    fired = sum(sort_as_topk(program.graph_module, node) for node in list(program.graph.nodes))
+    program.graph_module.recompile()
+    assert fired == 2 and "aten.sort" not in program.graph_module.code
+    for got, want in zip(program.module()(scores), model(scores), strict=True):
+        assert torch.equal(got, want)
+    stable = torch.export.export(StableSort(), (scores,))  # a stable sort's order of ties is part of its answer
+    assert not any(sort_as_topk(stable.graph_module, node) for node in list(stable.graph.nodes))
+    assert "aten.sort.stable" in stable.graph_module.code
+
+
+def test_executorch_runs_sort_from_the_written_pte(tmp_path):
+    model, inputs = Sorts().eval(), {"scores": _scores()}
+    result = ExecutorchExporter(ExecutorchConfig()).export(model, inputs)
+    assert result.metadata.workarounds_fired["_fix_sort_without_portable_kernel"] == 2
+    written = result.save(tmp_path / "sorts")["artifact"]
+    for got, want in zip(_run_pte(written, [inputs["scores"]]), model(**inputs), strict=True):
+        assert torch.equal(got, want)
+
+    without = ExecutorchConfig(without=frozenset({"_fix_sort_without_portable_kernel"}))
+    unfixed = ExecutorchExporter(without).export(model, inputs).save(tmp_path / "unfixed", validate=False)
+    with pytest.raises(RuntimeError, match=r"Failed to load method forward, error: 0x:?14"):  # OperatorMissing
+        _run_pte(unfixed["artifact"], [inputs["scores"]])
 
 
 @pytest.mark.slow

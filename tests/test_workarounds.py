@@ -58,6 +58,10 @@ COVERAGE: dict[str, list[str]] = {
         "test_executorch_ops.py::test_conv3d_rewrite_matches_aten",
         "test_executorch_ops.py::test_executorch_runs_conv3d_from_the_written_pte",
     ],
+    "_fix_sort_without_portable_kernel": [
+        "test_executorch_ops.py::test_sort_rewrite_matches_aten",
+        "test_executorch_ops.py::test_executorch_runs_sort_from_the_written_pte",
+    ],
     "_patch_moe_experts_batched_mm": ["test_catalogue_workarounds.py::test_executorch_runs_moe_experts_as_batched_mm"],
     "_fix_complex_rotary_for_onnx": [
         "test_catalogue_workarounds.py::test_complex_rewrite_keeps_the_values",
