@@ -33,7 +33,10 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 
-from exporters import executorch_lowering  # noqa: F401  (registers the lowering speed patches)
+from exporters import (  # noqa: F401  (register lowering speed patches, op fixes)
+    executorch_lowering,
+    executorch_ops,
+)
 from exporters.base import ExportResult, config_as_dict, start_export
 from exporters.bundle import RUNTIMES
 from exporters.exporter_dynamo import (

@@ -48,6 +48,20 @@ COVERAGE: dict[str, list[str]] = {
         "test_executorch_triage.py::test_xnnpack_needs_max_dim_in_its_pooling_form",
         "test_executorch_triage.py::test_hiera_classification_lowers_with_max_dim_as_pooling",
     ],
+    "_fix_scatter_reduce_without_portable_kernel": [
+        "test_executorch_ops.py::test_scatter_reduce_rewrite_matches_aten",
+        "test_executorch_ops.py::test_executorch_runs_scatter_reduce_from_the_written_pte",
+        "test_executorch_ops.py::test_without_the_fix_the_written_pte_cannot_be_loaded",
+        "test_executorch_ops.py::test_tapas_classification_runs_with_scatter_reduce_as_masks",
+    ],
+    "_fix_conv3d_without_portable_kernel": [
+        "test_executorch_ops.py::test_conv3d_rewrite_matches_aten",
+        "test_executorch_ops.py::test_executorch_runs_conv3d_from_the_written_pte",
+    ],
+    "_fix_sort_without_portable_kernel": [
+        "test_executorch_ops.py::test_sort_rewrite_matches_aten",
+        "test_executorch_ops.py::test_executorch_runs_sort_from_the_written_pte",
+    ],
     "_patch_moe_experts_batched_mm": ["test_catalogue_workarounds.py::test_executorch_runs_moe_experts_as_batched_mm"],
     "_fix_complex_rotary_for_onnx": [
         "test_catalogue_workarounds.py::test_complex_rewrite_keeps_the_values",

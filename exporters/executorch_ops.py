@@ -1,0 +1,215 @@
+"""ExecuTorch fixes for Core ATen operators that the portable runtime cannot run.
+
+The edge verifier accepts every Core ATen operator, so a program using one without a portable kernel lowers
+and is written to a ``.pte`` that no user can load: ``load_method("forward")`` fails with error 0x14
+(``Error::OperatorMissing``); one whose portable kernel rejects the traced arguments loads and fails in
+``execute`` (0x12, ``Error::InvalidArgument``). Each fix here rewrites such an operator, before lowering, into operators that
+``executorch.extension.pybindings.portable_lib._get_operator_names()`` lists. Registered on the
+``"executorch"`` backend (stage 5 of ``exporters.exporter_executorch``), so ``grep -n "@register_"`` finds them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from exporters.fx_rewrites import emitter
+from exporters.utils import register_fx_node_fix
+
+__all__ = ["conv3d_as_conv2d_sum", "scatter_reduce_by_mask", "sort_as_topk"]
+
+_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+
+
+def _neutral(reduce: str, dtype: torch.dtype) -> float | int:
+    """The value that leaves ``reduce`` unchanged: what a position of the mask that does not match contributes."""
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
+    lowest, highest = (-float("inf"), float("inf")) if dtype.is_floating_point else (info.min, info.max)
+    return lowest if reduce == "amax" else highest
+
+
+def _same_size(a: int | torch.SymInt, b: int | torch.SymInt) -> bool:
+    return statically_known_true(a == b)
+
+
+def scatter_reduce_by_mask(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write ``aten.scatter_reduce.two(self, dim, index, src, reduce, include_self)`` as a mask and a reduction.
+
+    ``mask[..., j, n, ...] = index[..., j, ...] == n`` for ``n`` in ``arange(self.size(dim))`` (the new axis
+    right after ``dim``); ``src`` where the mask holds, the reduction's neutral value elsewhere, reduced over
+    ``dim`` with ``sum``/``prod``/``amax``/``amin`` gives every output position's reduction of the ``src`` values
+    scattered to it. ``include_self`` combines it with ``self`` (add, mul, maximum, minimum; ``mean`` divides
+    ``self + sum`` by ``count + 1``), without it ``mean`` divides by the count; positions no index points to
+    keep ``self`` in both cases, bit for bit, as in ATen. ``amax``/``amin`` are exact, ``sum``/``mean``/``prod``
+    differ from ATen only by summation order.
+
+    Memory: the mask and the masked ``src`` hold ``index.numel() * self.size(dim)`` elements each (Tapas'
+    segment reductions: tokens x segments), where ATen's kernel needs none; fine for segment counts in the
+    hundreds, not for scattering into a large table.
+
+    Handled: rank >= 1, ``self.size(dim)`` static, ``src`` and ``index`` of ``self``'s size on every other dim
+    and of one size on ``dim``, non-bool dtypes, ``mean`` on floating dtypes only (ATen floors integer means).
+    Anything else is left alone and still fails loudly at load. Returns True when it rewrote ``node``.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten.scatter_reduce.two:
+        return False
+    self_node, dim, index, src, reduce = node.args[:5]
+    include_self = node.args[5] if len(node.args) > 5 else node.kwargs.get("include_self", True)
+    out, index_value, src_value = node.meta.get("val"), index.meta.get("val"), src.meta.get("val")
+    if reduce not in _REDUCTIONS or not all(isinstance(v, torch.Tensor) for v in (out, index_value, src_value)):
+        return False
+    rank = out.dim()
+    if rank == 0 or out.dtype == torch.bool or (reduce == "mean" and not out.dtype.is_floating_point):
+        return False
+    dim %= rank
+    segments = out.shape[dim]
+    if not isinstance(segments, int) or index_value.dim() != rank or src_value.dim() != rank:
+        return False
+    if not all(_same_size(i, s) for i, s in zip(index_value.shape, src_value.shape, strict=True)):
+        return False
+    if not all(_same_size(index_value.shape[d], out.shape[d]) for d in range(rank) if d != dim):
+        return False
+
+    aten, emit = torch.ops.aten, emitter(graph_module, node)
+    positions = emit(aten.arange.start_step, 0, segments, dtype=index_value.dtype, device=out.device)
+    positions = emit(aten.view.default, positions, [1] * (dim + 1) + [segments] + [1] * (rank - dim - 1))
+    mask = emit(aten.eq.Tensor, emit(aten.unsqueeze.default, index, dim + 1), positions)
+    neutral = emit(aten.full.default, [], _neutral(reduce, out.dtype), dtype=out.dtype, device=out.device)
+    chosen = emit(aten.where.self, mask, emit(aten.unsqueeze.default, src, dim + 1), neutral)
+    if reduce in ("sum", "mean"):
+        reduced = emit(aten.sum.dim_IntList, chosen, [dim])
+    elif reduce == "prod":
+        reduced = emit(aten.prod.dim_int, chosen, dim)
+    else:
+        reduced = emit(aten.amax.default if reduce == "amax" else aten.amin.default, chosen, [dim])
+    touched = emit(aten.any.dim, mask, dim)
+    if reduce == "mean":
+        count = emit(aten.sum.dim_IntList, emit(aten._to_copy.default, mask, dtype=out.dtype), [dim])
+        if include_self:
+            reduced = emit(aten.div.Tensor, emit(aten.add.Tensor, reduced, self_node), emit(aten.add.Tensor, count, 1))
+        else:
+            reduced = emit(aten.div.Tensor, reduced, emit(aten.clamp.default, count, 1))
+    elif include_self:
+        combine = {"sum": aten.add.Tensor, "prod": aten.mul.Tensor, "amax": aten.maximum.default,
+                   "amin": aten.minimum.default}[reduce]  # fmt: skip
+        reduced = emit(combine, self_node, reduced)
+    result = emit(aten.where.self, touched, reduced, self_node)
+    node.replace_all_uses_with(result)
+    graph_module.graph.erase_node(node)
+    return True
+
+
+@register_fx_node_fix("executorch", upstream="https://github.com/pytorch/executorch/issues/11330", dependency="executorch")
+def _fix_scatter_reduce_without_portable_kernel(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write ``scatter_reduce.two`` as a one-hot mask and a reduction: the portable runtime has no kernel for it.
+
+    Tapas' segmented reductions (``reduce_sum/mean/max/min`` over cell and column segments,
+    ``scatter_reduce(..., include_self=False)``) lower and are written, but ``executorch.runtime`` fails to
+    load the ``.pte``: ``Failed to load method forward, error: 0x14`` (OperatorMissing,
+    ``aten::scatter_reduce.two_out``; pytorch/executorch#11330, portable kernel not implemented). See
+    :func:`scatter_reduce_by_mask` for the rewrite, its exactness and its memory cost.
+    """
+    return scatter_reduce_by_mask(graph_module, node)
+
+
+def _triple(value: list[int] | tuple[int, ...]) -> list[int]:
+    return list(value) * 3 if len(value) == 1 else list(value)
+
+
+def conv3d_as_conv2d_sum(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write ``aten.conv3d`` on a 5-D input as one 2-D convolution per temporal kernel offset, summed.
+
+    ``out[:, :, t] = sum_k conv2d(x_padded[:, :, t * stride_t + k * dilation_t], weight[:, :, k])`` (bias added
+    once): the frames each kernel offset sees are one strided ``slice`` of the time-padded input, folded into the
+    batch (``[N * T_out, C, H, W]``), so a kernel of depth ``k_t`` costs ``k_t`` conv2d calls and no copy of the
+    input per output frame. Equal to ATen's up to the order of the sum over the depth. Handled: ``conv3d.default``
+    with list padding on a 5-D input whose non-batch sizes are static; returns True when it rewrote ``node``.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten.conv3d.default:
+        return False
+    x, weight = node.args[0], node.args[1]
+    bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+    names_defaults = (("stride", [1]), ("padding", [0]), ("dilation", [1]))
+    stride, padding, dilation = (
+        _triple(node.args[3 + i] if len(node.args) > 3 + i else node.kwargs.get(name, default))
+        for i, (name, default) in enumerate(names_defaults)
+    )
+    groups = node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
+    x_value, weight_value, out = x.meta.get("val"), weight.meta.get("val"), node.meta.get("val")
+    if not all(isinstance(v, torch.Tensor) for v in (x_value, weight_value, out)) or x_value.dim() != 5:
+        return False
+    if not all(isinstance(size, int) for size in (*x_value.shape[1:], *out.shape[1:], *weight_value.shape)):
+        return False
+    aten, emit = torch.ops.aten, emitter(graph_module, node)
+    channels, frames_out = x_value.shape[1], out.shape[2]
+    if padding[0]:
+        x = emit(aten.constant_pad_nd.default, x, [0, 0, 0, 0, padding[0], padding[0]], 0.0)
+    total = None
+    for offset in range(weight_value.shape[2]):
+        start = offset * dilation[0]
+        frames = emit(aten.slice.Tensor, x, 2, start, start + stride[0] * (frames_out - 1) + 1, stride[0])
+        frames = emit(aten.reshape.default, emit(aten.permute.default, frames, [0, 2, 1, 3, 4]),
+                      [-1, channels, *x_value.shape[3:]])  # fmt: skip
+        partial = emit(aten.conv2d.default, frames, emit(aten.select.int, weight, 2, offset),
+                       bias if total is None else None, stride[1:], padding[1:], dilation[1:], groups)  # fmt: skip
+        total = partial if total is None else emit(aten.add.Tensor, total, partial)
+    folded = emit(aten.reshape.default, total, [-1, frames_out, *out.shape[1:2], *out.shape[3:]])
+    result = emit(aten.contiguous.default, emit(aten.permute.default, folded, [0, 2, 1, 3, 4]))
+    node.replace_all_uses_with(result)
+    graph_module.graph.erase_node(node)
+    return True
+
+
+@register_fx_node_fix("executorch", upstream="https://github.com/pytorch/executorch/issues/11704", dependency="executorch")
+def _fix_conv3d_without_portable_kernel(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write ``conv3d`` as summed ``conv2d`` calls: the portable convolution kernel takes only 3-D and 4-D input.
+
+    Video patch embeddings (VJEPA2's ``nn.Conv3d`` tubelets, modeling_vjepa2.py) are not taken by XNNPACK and
+    stay on the portable ``aten::convolution.out``, which rejects them at run time: ``Check failed (in.dim() ==
+    3 || in.dim() == 4): Expect input tensor to be 3-D or 4-D, but got, 5.`` and ``method->execute() failed
+    with error 0x12`` (pytorch/executorch#11704; 5-D support in the portable kernel is pytorch/executorch#19977,
+    not in executorch 1.5.1). See :func:`conv3d_as_conv2d_sum`; the 2-D convolutions it writes go to XNNPACK.
+    """
+    return conv3d_as_conv2d_sum(graph_module, node)
+
+
+def sort_as_topk(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write ``aten.sort(x, dim, descending)`` as ``aten.topk(x, x.size(dim), dim, largest=descending, sorted=True)``.
+
+    The k largest (or smallest) of all ``k = x.size(dim)`` elements, in order, are the sorted values, and
+    ``topk`` returns the same (values, indices) pair, so the node keeps its users and its ``meta["val"]``.
+    Values are exact. Indices of equal values may come in another order than ATen's, which an unstable sort
+    leaves unspecified anyway; ``stable=True`` is left alone, as is a dim of symbolic size. Returns True when it
+    rewrote ``node``.
+    """
+    if node.op != "call_function":
+        return False
+    if node.target is torch.ops.aten.sort.default:
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", -1)
+        descending = node.args[2] if len(node.args) > 2 else node.kwargs.get("descending", False)
+    elif node.target is torch.ops.aten.sort.stable and not node.kwargs.get("stable"):
+        dim, descending = node.kwargs.get("dim", -1), node.kwargs.get("descending", False)
+    else:
+        return False
+    value = node.args[0].meta.get("val")
+    if not isinstance(value, torch.Tensor) or value.dim() == 0 or not isinstance(value.shape[dim], int):
+        return False
+    node.target = torch.ops.aten.topk.default
+    node.args, node.kwargs = (node.args[0], value.shape[dim], dim, bool(descending), True), {}
+    return True
+
+
+@register_fx_node_fix("executorch", upstream="https://github.com/pytorch/executorch/issues/11320", dependency="executorch")
+def _fix_sort_without_portable_kernel(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Sort with ``topk`` over the whole dim: the portable runtime has ``aten::topk.values`` but no sort kernel.
+
+    SamHQ's mask decoder orders its masks by predicted IoU, ``torch.sort(iou_pred, dim=2, descending=True)``
+    (modeling_sam_hq.py); the ``.pte`` is written but ``load_method("forward")`` fails with ``Failed to load
+    method forward, error: 0x:14`` (``Missing operator: aten::sort.values``; pytorch/executorch#11320, the
+    portable library's Core ATen coverage, which tracks the missing sort kernel). See :func:`sort_as_topk`.
+    """
+    return sort_as_topk(graph_module, node)

@@ -1,0 +1,216 @@
+"""ExecuTorch fixes for Core ATen operators without a portable kernel (exporters/executorch_ops.py).
+
+Such an operator lowers and is written, so the failure shows only when the ``.pte`` is loaded back: every
+test here runs the written file in ``executorch.runtime``, as a user would.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from exporters.executorch_ops import conv3d_as_conv2d_sum, scatter_reduce_by_mask, sort_as_topk
+from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+
+FIX = "_fix_scatter_reduce_without_portable_kernel"
+REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+SEGMENTS, TOKENS = 6, 10
+
+
+class SegmentReduce(torch.nn.Module):
+    """Tapas' segment reduction, ``zeros(segments).scatter_reduce(0, index, values, reduce, include_self)``,
+    batched (dim 1) and with both ``include_self``."""
+
+    def __init__(self, reduce: str) -> None:
+        super().__init__()
+        self.reduce = reduce
+
+    def forward(self, base: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            base.scatter_reduce(1, index, values, self.reduce, include_self=False),
+            base.scatter_reduce(1, index, values, self.reduce, include_self=True),
+        )
+
+
+def _inputs(seed: int) -> dict[str, torch.Tensor]:
+    """Repeated segment ids and, as ids are drawn below ``SEGMENTS - 2``, at least two empty segments."""
+    generator = torch.Generator().manual_seed(seed)
+    return {
+        "base": torch.randn(2, SEGMENTS, generator=generator),
+        "index": torch.randint(0, SEGMENTS - 2, (2, TOKENS), generator=generator),
+        "values": torch.randn(2, TOKENS, generator=generator),
+    }
+
+
+def _run_pte(path: Path, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(path.read_bytes())
+    return list(program.load_method("forward").execute(inputs))
+
+
+def _assert_matches(reduce: str, ran: list[torch.Tensor], eager: tuple[torch.Tensor, ...]) -> None:
+    assert len(ran) == len(eager)
+    for got, want in zip(ran, eager, strict=True):
+        if reduce in ("amax", "amin"):
+            assert torch.equal(got, want), (got, want)
+        else:
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize(("reduce", "dtype"), [(r, torch.float32) for r in REDUCTIONS]
+                         + [(r, torch.int64) for r in REDUCTIONS if r != "mean"])  # integer mean: left alone
+def test_scatter_reduce_rewrite_matches_aten(reduce, dtype, dim):
+    generator = torch.Generator().manual_seed(7)
+    base = (torch.randn(5, 6, generator=generator) * 4).to(dtype)
+    src = (torch.randn(5, 6, generator=generator) * 4).to(dtype)
+    index = torch.randint(0, base.shape[dim] - 2, src.shape, generator=generator)
+
+    class Model(torch.nn.Module):
+        def forward(self, base, index, src):
+            return tuple(base.scatter_reduce(dim, index, src, reduce, include_self=flag) for flag in (False, True))
+
+    program = torch.export.export(Model(), (base, index, src))
+    fired = sum(scatter_reduce_by_mask(program.graph_module, node) for node in list(program.graph.nodes))
+    program.graph_module.recompile()
+    assert fired == 2 and "scatter_reduce" not in program.graph_module.code
+    _assert_matches(reduce, list(program.module()(base, index, src)), Model()(base, index, src))
+
+
+def test_scatter_reduce_rewrite_leaves_what_it_does_not_handle():
+    class IntegerMean(torch.nn.Module):
+        def forward(self, base, index, src):
+            return base.scatter_reduce(0, index, src, "mean")
+
+    class ShortIndex(torch.nn.Module):  # index smaller than self on a non-scatter dim
+        def forward(self, base, index, src):
+            return base.scatter_reduce(0, index, src, "sum")
+
+    cases = [
+        (IntegerMean(), (torch.zeros(4, dtype=torch.int64), torch.tensor([0, 1, 1]), torch.tensor([3, 4, 6]))),
+        (ShortIndex(), (torch.zeros(4, 3), torch.zeros(2, 2, dtype=torch.int64), torch.ones(2, 2))),
+    ]
+    for model, args in cases:
+        program = torch.export.export(model, args)
+        assert not any(scatter_reduce_by_mask(program.graph_module, node) for node in list(program.graph.nodes))
+        assert "scatter_reduce" in program.graph_module.code
+
+
+@pytest.mark.parametrize("reduce", REDUCTIONS)
+def test_executorch_runs_scatter_reduce_from_the_written_pte(reduce, tmp_path):
+    model, inputs = SegmentReduce(reduce).eval(), _inputs(0)
+    result = ExecutorchExporter(ExecutorchConfig()).export(model, inputs)
+    assert result.metadata.workarounds_fired[FIX] == 2
+    written = result.save(tmp_path / reduce)["artifact"]
+    for seed in (0, 1):  # the traced example, and index values the trace never saw
+        fresh = _inputs(seed)
+        _assert_matches(reduce, _run_pte(written, list(fresh.values())), model(**fresh))
+
+
+def test_without_the_fix_the_written_pte_cannot_be_loaded(tmp_path):
+    model, inputs = SegmentReduce("amax").eval(), _inputs(0)
+    without = ExecutorchExporter(ExecutorchConfig(without=frozenset({FIX}))).export(model, inputs)
+    assert FIX not in without.metadata.workarounds_fired
+    missing = r"Failed to load method forward, error: 0x:?14"  # Error::OperatorMissing
+    written = without.save(tmp_path / "unvalidated", validate=False)["artifact"]
+    with pytest.raises(RuntimeError, match=missing):
+        _run_pte(written, list(inputs.values()))
+    with pytest.raises(RuntimeError, match=missing):  # save() loads what it wrote back before keeping it
+        without.save(tmp_path / "validated")
+
+
+class Tubelets(torch.nn.Module):
+    """VJEPA2's video patch embedding, ``Conv3d(...)(x).flatten(2).transpose(1, 2)``, and a padded, dilated,
+    grouped 3-D convolution without bias."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Conv3d(4, 6, kernel_size=(2, 4, 4), stride=(2, 4, 4))
+        self.other = torch.nn.Conv3d(4, 6, 3, stride=(2, 1, 2), padding=(1, 0, 1), dilation=(2, 1, 1), groups=2,
+                                     bias=False)  # fmt: skip
+
+    def forward(self, video: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.embed(video).flatten(2).transpose(1, 2), self.other(video)
+
+
+def test_conv3d_rewrite_matches_aten():
+    model, video = Tubelets().eval(), torch.randn(2, 4, 7, 9, 9)
+    program = torch.export.export(model, (video,))
+    fired = sum(conv3d_as_conv2d_sum(program.graph_module, node) for node in list(program.graph.nodes))
+    program.graph_module.recompile()
+    assert fired == 2 and "conv3d" not in program.graph_module.code
+    for got, want in zip(program.module()(video), model(video), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_executorch_runs_conv3d_from_the_written_pte(tmp_path):
+    model, inputs = Tubelets().eval(), {"video": torch.randn(2, 4, 7, 9, 9)}
+    result = ExecutorchExporter(ExecutorchConfig()).export(model, inputs)
+    assert result.metadata.workarounds_fired["_fix_conv3d_without_portable_kernel"] == 2
+    written = result.save(tmp_path / "tubelets")["artifact"]
+    for got, want in zip(_run_pte(written, [inputs["video"]]), model(**inputs), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4)
+
+    without = ExecutorchConfig(without=frozenset({"_fix_conv3d_without_portable_kernel"}))
+    unfixed = ExecutorchExporter(without).export(model, inputs).save(tmp_path / "unfixed", validate=False)
+    with pytest.raises(RuntimeError, match=r"method->execute\(\) failed with error 0x:?12"):  # InvalidArgument
+        _run_pte(unfixed["artifact"], [inputs["video"]])
+
+
+class Sorts(torch.nn.Module):
+    """SamHQ's ``torch.sort(iou_pred, dim=2, descending=True)`` with the order applied by ``gather``, and an
+    ascending sort over the last dim."""
+
+    def forward(self, scores: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ordered, order = torch.sort(scores, dim=2, descending=True)
+        ascending, positions = scores.sort(-1)
+        return ordered, order, scores.gather(2, order), ascending, positions
+
+
+class StableSort(torch.nn.Module):
+    def forward(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return scores.sort(stable=True)
+
+
+def _scores() -> torch.Tensor:
+    return torch.randperm(2 * 3 * 4 * 5, generator=torch.Generator().manual_seed(3)).float().view(2, 3, 4, 5)  # no ties
+
+
+def test_sort_rewrite_matches_aten():
+    model, scores = Sorts(), _scores()
+    program = torch.export.export(model, (scores,))
+    fired = sum(sort_as_topk(program.graph_module, node) for node in list(program.graph.nodes))
+    program.graph_module.recompile()
+    assert fired == 2 and "aten.sort" not in program.graph_module.code
+    for got, want in zip(program.module()(scores), model(scores), strict=True):
+        assert torch.equal(got, want)
+    stable = torch.export.export(StableSort(), (scores,))  # a stable sort's order of ties is part of its answer
+    assert not any(sort_as_topk(stable.graph_module, node) for node in list(stable.graph.nodes))
+    assert "aten.sort.stable" in stable.graph_module.code
+
+
+def test_executorch_runs_sort_from_the_written_pte(tmp_path):
+    model, inputs = Sorts().eval(), {"scores": _scores()}
+    result = ExecutorchExporter(ExecutorchConfig()).export(model, inputs)
+    assert result.metadata.workarounds_fired["_fix_sort_without_portable_kernel"] == 2
+    written = result.save(tmp_path / "sorts")["artifact"]
+    for got, want in zip(_run_pte(written, [inputs["scores"]]), model(**inputs), strict=True):
+        assert torch.equal(got, want)
+
+    without = ExecutorchConfig(without=frozenset({"_fix_sort_without_portable_kernel"}))
+    unfixed = ExecutorchExporter(without).export(model, inputs).save(tmp_path / "unfixed", validate=False)
+    with pytest.raises(RuntimeError, match=r"Failed to load method forward, error: 0x:?14"):  # OperatorMissing
+        _run_pte(unfixed["artifact"], [inputs["scores"]])
+
+
+@pytest.mark.slow
+def test_tapas_classification_runs_with_scatter_reduce_as_masks():
+    from exporters.tiny import build_tiny
+
+    tiny = build_tiny("TapasForSequenceClassification")
+    result = ExecutorchExporter(ExecutorchConfig()).export(tiny.model, tiny.inputs, validate=True)
+    assert result.metadata.workarounds_fired[FIX] >= 1
+    assert result.validation.status == "pass", result.validation.problems()
