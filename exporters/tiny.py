@@ -2,7 +2,7 @@
 
 No hub access: the model's config class is instantiated with its defaults and shrunk field by field
 (and recursively in nested sub-configs), then the model is random-initialised under a fixed seed.
-Special cases are data (the tables in ``exporters.tiny_shrink``), not code paths.
+Special cases are data (the tables in ``exporters.tiny_sizes``), not code paths.
 
 Outputs must be able to expose a wrong export: initialisers that make activations vanish (layer-scale
 factors of 1e-6, for example) are raised so that outputs are of order one, and ``exporters.tiny_init``
@@ -23,7 +23,8 @@ import torch
 from exporters.tiny_init import fix_initialisation
 from exporters.tiny_inputs import _vision, noise_inputs, sample_inputs
 from exporters.tiny_masks import padded_mask, padding_side, resized_mask
-from exporters.tiny_shrink import (
+from exporters.tiny_shrink import TinyModelError, default_config, model_class, shrink_config
+from exporters.tiny_sizes import (
     _LIST_WIDTH_FIELDS,
     AUDIO_SAMPLES,
     BATCH,
@@ -40,16 +41,12 @@ from exporters.tiny_shrink import (
     PATCH,
     SEQUENCE,
     VOCAB,
-    TinyModelError,
     _ints,
     _sub_configs,
-    default_config,
-    model_class,
-    shrink_config,
 )
 
 # Building lives here; the parts live in one module per job, data flowing one way (none imports this one):
-# exporters.tiny_shrink (sizes, config rules) → exporters.tiny_masks (padded masks)
+# exporters.tiny_sizes (sizes) → exporters.tiny_shrink (config rules) → exporters.tiny_masks (padded masks)
 # → exporters.tiny_inputs (sample inputs) → exporters.tiny_init (initialisation fixes) → this module (build_tiny).
 __all__ = [
     "AUDIO_SAMPLES",

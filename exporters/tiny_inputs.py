@@ -2,7 +2,7 @@
 
 Split out of ``exporters.tiny`` (which re-exports ``sample_inputs``): the primary input (token ids, pixels,
 audio, features, embeddings, patches or a time series), its companions and every required input, at the
-sizes of ``exporters.tiny_shrink``, with masks padded by ``exporters.tiny_masks``.
+sizes of ``exporters.tiny_sizes``, with masks padded by ``exporters.tiny_masks``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from exporters.tiny_masks import padded_mask, padding_side
-from exporters.tiny_shrink import (
+from exporters.tiny_shrink import TinyModelError
+from exporters.tiny_sizes import (
     AUDIO_SAMPLES,
     BATCH,
     CHOICES,
@@ -23,7 +24,6 @@ from exporters.tiny_shrink import (
     PATCH,
     SEQUENCE,
     VOCAB,
-    TinyModelError,
     _ints,
     _sub_configs,
     _width,

@@ -1,8 +1,9 @@
 """Shrinking a transformers config to a tiny one: the sizes, and the field rules applied to every sub-config.
 
-Split out of ``exporters.tiny`` (which re-exports the public names): the rules are data (the tables below)
+Split out of ``exporters.tiny`` (which re-exports the public names, and the sizes of ``exporters.tiny_sizes``): the rules are data (the tables below)
 and the functions that apply them, recursively in nested sub-configs; nothing here builds a model.
-Also home of the sizes every tiny model and sample share (``BATCH``, ``SEQUENCE``, ``HIDDEN``, ...).
+The sizes and field tables live in ``exporters.tiny_sizes``; the rules about layer stacks in
+``exporters.tiny_layers``, about rotary embeddings in ``exporters.tiny_rope``.
 """
 
 from __future__ import annotations
@@ -13,95 +14,50 @@ from typing import Any
 
 import torch
 
-BATCH = 2
-SEQUENCE = 8
-HIDDEN = 32
-HEADS = 4
-KV_HEADS = 2
-LAYERS = 2
-INTERMEDIATE = 64
-VOCAB = 256
-IMAGE = 32
-PATCH = 8
-AUDIO_SAMPLES = 1600
-CHOICES = 2  # multiple-choice heads: candidate answers per example
-
-# ── Config shrinking rules: field name → new value (callables receive the old value) ──
-HEAD_DIM = HIDDEN // HEADS
-EXPERTS = 4
-_HIDDEN_FIELDS = (
-    "hidden_size", "d_model", "n_embd", "dim", "word_embed_proj_dim", "projection_dim", "projection_size",
-    "proj_dim", "vision_embed_dim", "text_embed_dim", "d_latents",
+from exporters.tiny_layers import (
+    _deepen_to_every_layer_kind,
+    _derived_layer_kinds,
+    _fill_layer_kinds,
+    _fit_ssm_heads,
+    _hold_an_attention_layer,
+    _per_layer_overrides,
+    _shrink_out_indices,
+    _shrink_per_layer_heads,
+    _truncate_per_layer_lists,
 )
-_HEAD_FIELDS = (
-    "num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads",
-    "index_n_heads", "num_self_attention_heads", "num_cross_attention_heads",
+from exporters.tiny_rope import _rope_base_for_sub_configs, _rope_per_layer_kind, _shrink_rope_sections
+from exporters.tiny_sizes import (
+    _EXPERT_FIELDS,
+    _FIXED,
+    _HEAD_FIELDS,
+    _HIDDEN_FIELDS,
+    _INTERMEDIATE_FIELDS,
+    _LAYER_FIELDS,
+    _LIST_DEPTH_FIELDS,
+    _LIST_WIDTH_FIELDS,
+    _NONE_FILL,
+    _ONE_FIELDS,
+    _RANK_FIELDS,
+    _TOPK_FIELDS,
+    _UNGUARDED_NONE_FILL,
+    EXPERTS,
+    HEAD_DIM,
+    HEADS,
+    HIDDEN,
+    IMAGE,
+    INTERMEDIATE,
+    KV_HEADS,
+    LAYERS,
+    PATCH,
+    VOCAB,
+    _guarded,
+    _ints,
+    _modeling_source,
+    _own_width,
+    _sub_configs,
+    _width,
 )
-_LAYER_FIELDS = (
-    "num_hidden_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers", "num_layers",
-    "num_decoder_layers", "num_self_attends_per_block",
-    "num_encoder_layers",  # ProphetNet (its num_hidden_layers is a read-only alias of it)
-)
-_INTERMEDIATE_FIELDS = (
-    "intermediate_size", "hidden_dim", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff",
-    "moe_intermediate_size", "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
-)
-_LIST_WIDTH_FIELDS = ("hidden_sizes", "conv_dim", "embed_dims", "neck_hidden_sizes")
-_LIST_DEPTH_FIELDS = ("depths",)
-_ONE_FIELDS = ("layer_scale_init_value", "layerscale_value")  # keep outputs of order one
-# Mixture of experts: few experts, few per token, one group.
-_EXPERT_FIELDS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
-_TOPK_FIELDS = ("num_experts_per_tok", "moe_topk", "top_k", "num_experts_per_token", "moe_k")
-# Low-rank projections (multi-head latent attention).
-_RANK_FIELDS = {"kv_lora_rank": 2 * HEAD_DIM, "q_lora_rank": 4 * HEAD_DIM}
-# Sizes some configs leave ``None`` although their model needs them (and does not derive them).
-_NONE_FILL = {
-    "head_dim": HEAD_DIM, "vocab_size": VOCAB, "n_routed_experts": EXPERTS, "num_experts_per_tok": 2,
-    "n_shared_experts": 1, "pad_token_id": 1,
-    # Left for the checkpoint to set although every layer builds with them (DiffusionGemma's router, Hiera's decoder).
-    "num_experts": EXPERTS, "top_k_experts": 2, "moe_intermediate_size": INTERMEDIATE, "decoder_hidden_size": HIDDEN,
-    "decoder_depth": 1, "decoder_num_heads": HEADS,
-    "prediction_length": 4,  # time-series forecasters (the context length defaults to it)
-    # Qwen4-Exp's token indexer (one-off fields): its default layer_types hold "indexed_attention" layers, which
-    # need all five; one key head, as its validator requires, and a budget of 2 blocks of 2 tokens in 8.
-    "indexer_n_heads": KV_HEADS, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM, "indexer_budget": 4,
-    "indexer_compress_ratio": 2,
-}
-# Optional fields left ``None`` that some model uses without testing for ``None``: filled only where its modeling
-# module never does (DBRX clamps q/k/v to +-clip_qkv: ``torch.clamp: At least one of 'min' or 'max' must not be
-# None``; its checkpoints use 8); MPT and OLMo test ``if ...clip_qkv`` first and keep their unclamped default.
-_UNGUARDED_NONE_FILL = {"clip_qkv": 8.0}
 
-
-def _guarded(name: str, source: str) -> bool:
-    import re
-
-    return re.search(rf"if [\w.]*\b{name}(?: is not None)?:", source) is not None
-_FIXED: dict[str, Any] = {
-    "max_position_embeddings": lambda old: min(old, 128) if isinstance(old, int) else old,
-    "max_source_positions": lambda old: min(old, 16) if isinstance(old, int) else old,
-    "max_target_positions": lambda old: min(old, 64) if isinstance(old, int) else old,
-    "vocab_size": lambda old: min(old, VOCAB) if isinstance(old, int) else old,
-    # Gemma 3n / 4 per-layer embeddings read the same token ids: 262,144 rows were 1.6 GB of a "tiny" model.
-    "vocab_size_per_layer_input": lambda old: min(old, VOCAB) if isinstance(old, int) else old,
-    "num_labels": lambda old: 3,
-    "num_mel_bins": lambda old: 16 if isinstance(old, int) else old,
-    "initializer_range": lambda old: 0.1 if isinstance(old, float) else old,
-    "init_std": lambda old: 0.1 if isinstance(old, float) else old,  # the same std under its other name (Bart, PatchTSMixer)
-    "n_group": lambda old: 1 if isinstance(old, int) else old,
-    "num_expert_group": lambda old: 1 if isinstance(old, int) else old,  # n_group stored under its alias target
-    "topk_group": lambda old: 1 if isinstance(old, int) else old,
-    "n_shared_experts": lambda old: min(old, 1) if isinstance(old, int) else old,
-    "num_latents": lambda old: min(old, 16) if isinstance(old, int) else old,  # Perceiver latent array
-    # Detection queries pick the top-k of the encoder's anchors, of which a 32-pixel image has a few dozen.
-    "num_queries": lambda old: min(old, 10) if isinstance(old, int) else old,
-    "context_length": lambda old: min(old, 32) if isinstance(old, int) else old,  # time series (TimesFm: 16,384)
-    # X-vector heads: a TDNN stack of 512-1,500 channels under the tiny initialiser_range of 0.1 grew about 3x per
-    # layer (fan-in 2,560) to 1,590 at the logits, where float32 rounding alone misses the tolerance.
-    "tdnn_dim": lambda old: type(old)(min(v, INTERMEDIATE) for v in old) if _ints(old) else old,
-    "xvector_output_dim": lambda old: min(old, HIDDEN) if isinstance(old, int) else old,
-}
-MAX_LAYERS = 8  # hybrid stacks keep the shortest prefix holding every layer kind, up to this many layers
 
 class TinyModelError(ValueError):
     """The class cannot be built as a tiny model (unknown name, or inputs it needs that we cannot make)."""
@@ -177,41 +133,6 @@ def shrink_config(config: Any, keep_stage_widths: bool = False) -> Any:
     return shrunk
 
 
-_KIND_PROPERTIES = ("layer_types", "layers_block_type")
-
-
-def _derived_layer_kinds(config: Any) -> set[str]:
-    """The kinds of layer a config derives from a pattern rather than lists (a ``layer_types`` property):
-    Jamba's attention every ``attn_layer_period`` layers from ``attn_layer_offset``, RecurrentGemma's repeated
-    ``block_types``. Stored lists are ``_truncate_per_layer_lists``' business."""
-    for name in _KIND_PROPERTIES:
-        if name in vars(config) or (getattr(type(config), "attribute_map", None) or {}).get(name) in vars(config):
-            continue
-        try:
-            value = getattr(config, name, None)
-        except Exception:  # per-layer configs refuse some global reads
-            continue
-        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-            return set(value)
-    return set()
-
-
-def _deepen_to_every_layer_kind(config: Any, kinds: set[str]) -> bool:
-    """Grow the layer count (up to ``MAX_LAYERS``) until the shrunk stack derives every kind of layer the full
-    one has: two layers of Jamba are both Mamba (attention first comes at layer 4), and a stack without one
-    attention layer has no cache layer that ``get_seq_length`` may ask. True when the count changed."""
-    field = next((f for f in _LAYER_FIELDS if isinstance(vars(config).get(f), int)), None)
-    if field is None or len(kinds) < 2:
-        return False
-    start = vars(config)[field]
-    for layers in range(start, MAX_LAYERS + 1):
-        setattr(config, field, layers)
-        if kinds <= _derived_layer_kinds(config):
-            return layers != start
-    setattr(config, field, start)
-    return False
-
-
 def _sizes_before(config: Any) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
     """The full-size integer fields of each sub-config, and the width of the config and of each sub-config."""
     subs = _sub_configs(config)
@@ -245,7 +166,6 @@ def _follow_sub_config(config: Any, old_sizes: tuple[Any, int, dict[str, list[in
                 break
 
 
-
 def _follow_sibling_widths(config: Any, full: dict[str, dict[str, int]], widths: dict[str, int]) -> None:
     """A sub-config's ``*channels`` field that shrinking left at its full-size value, where that value is the
     full-size width of a sibling sub-config (and not its own config's width), is the width that sibling reads:
@@ -268,6 +188,7 @@ def _follow_sibling_widths(config: Any, full: dict[str, dict[str, int]], widths:
 
 
 _SIBLING_WIDTH_FIELDS = ("channels", "num_pos_feats")
+
 
 def _index_shrunk_vision_layers(config: Any, full_vision: dict[str, int]) -> None:
     """Vision feature layers picked among the full-size vision tower's layers (Molmo2's adapter reads layers
@@ -308,22 +229,6 @@ def _fill_missing(config: Any) -> Any:
     return config
 
 
-def _rope_base_for_sub_configs(config: Any) -> None:
-    """A sub-config whose model reads ``<name>.rope_theta`` from it but that no longer declares one (DBRX's
-    attention config: its RoPE base moved to the parent's ``rope_parameters``, and ``DbrxModel(DbrxConfig())``
-    fails with ``'DbrxAttentionConfig' object has no attribute 'rope_theta'``) gets the parent's base."""
-    theta = (vars(config).get("rope_parameters") or {}).get("rope_theta")
-    if not isinstance(theta, (int, float)):
-        return
-    source = None
-    for name, sub in _sub_configs(config):
-        if hasattr(sub, "rope_theta"):
-            continue
-        source = _modeling_source(config) if source is None else source
-        if f"{name}.rope_theta" in source:
-            sub.rope_theta = theta
-
-
 def _fill_read_token_ids(config: Any) -> None:
     """Start-of-span token ids the modeling module reads as ``self.config.<name>_start_token_id`` that a config
     declaring another one lacks get unused ids of the (text) vocabulary: Qwen2.5-Omni's thinker config declares
@@ -345,25 +250,12 @@ def _fill_read_token_ids(config: Any) -> None:
         setattr(config, name, next(free))
 
 
-def _per_layer_overrides(config: Any) -> dict[int, dict[str, Any]] | None:
-    """Every layer's explicit per-layer attributes, for configs with a ``per_layer_config`` (heterogeneous)."""
-    if vars(config).get("_heterogeneity_spec") is None:
-        return None
-    from transformers.integrations.heterogeneity.configuration_utils import _get_explicit_per_layer_overrides
-
-    return _get_explicit_per_layer_overrides(config)
-
-
 def _shrunk_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
     from types import SimpleNamespace
 
     layer = SimpleNamespace(**overrides)
     _shrink_fields(layer)
     return vars(layer)
-
-
-def _ints(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, int) for v in value)
 
 
 def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
@@ -490,20 +382,6 @@ def _shrink_fields(config: Any, keep_stage_widths: bool = False) -> None:
     _clamp_token_ids(config)
 
 
-
-def _shrink_per_layer_heads(config: Any, old_heads: int | None) -> None:
-    """Per-layer head counts (``*_heads_per_layer``) shrink as the scalar head fields do: a layer with the full-size
-    head count gets the tiny one, a layer of fewer (grouped key-value) heads ``KV_HEADS``. Sapiens2 derives
-    ``num_key_value_heads_per_layer`` [16 x 8, 8 x 8, 16 x 8] from 16 heads, and kept at 16 against 4 tiny query
-    heads its attention failed (``The size of tensor a (4) must match the size of tensor b (16)``)."""
-    fields = vars(config)
-    heads = next((fields[f] for f in _HEAD_FIELDS if isinstance(fields.get(f), int)), None)
-    if not old_heads or not heads:
-        return
-    for name, value in list(fields.items()):
-        if name.endswith("heads_per_layer") and _ints(value):
-            setattr(config, name, type(value)(heads if v >= old_heads else min(v, KV_HEADS, heads) for v in value))
-
 # Per-stage widths that start at the config's width and grow with depth (Sam2's Hiera: 96, 192, 384, 768).
 _SCALED_STAGE_WIDTHS = ("embed_dim_per_stage",)
 
@@ -516,12 +394,6 @@ def _scale_stage_widths(config: Any, old_width: int | None, width: int | None) -
         value = fields.get(name)
         if old_width and width and width < old_width and _ints(value) and value[0] == old_width:
             setattr(config, name, type(value)(max(1, v * width // old_width) for v in value))
-
-
-def _sub_configs(config: Any) -> list[tuple[str, Any]]:
-    from transformers import PretrainedConfig
-
-    return [(name, value) for name, value in vars(config).items() if isinstance(value, PretrainedConfig)]
 
 
 # Kept through the rebuild when a parent model chose the backbone's stages (a default instance derives them).
@@ -585,61 +457,6 @@ def _differs(first: Any, second: Any) -> bool:
         return True
 
 
-def _truncate_per_layer_lists(config: Any, old_layers: int | None) -> None:
-    """Lists with one item per layer (``layer_types``) follow the new layer count.
-
-    Hybrid stacks (linear and full attention, sliding and global) keep the shortest prefix that still holds
-    every kind of layer, so a tiny model has at least one layer of each kind.
-    """
-    if not old_layers or old_layers <= LAYERS:
-        return
-    lists = {n: v for n, v in vars(config).items() if isinstance(v, list) and len(v) == old_layers}
-    layers = LAYERS
-    for value in lists.values():
-        try:
-            kinds = list(dict.fromkeys(value))
-        except TypeError:  # unhashable items
-            continue
-        if len(kinds) <= MAX_LAYERS:
-            layers = max(layers, max(value.index(kind) for kind in kinds) + 1)
-    layers = min(layers, MAX_LAYERS)
-    for name in _LAYER_FIELDS:
-        if isinstance(vars(config).get(name), int):
-            setattr(config, name, layers)
-    for name, value in lists.items():
-        setattr(config, name, value[:layers])
-
-
-
-
-# Per-layer kind lists, and the kind of their plain layers (a config's usual default for them).
-_PLAIN_KINDS = {"layer_types": "full_attention", "mlp_layer_types": "dense"}
-
-
-def _fill_layer_kinds(config: Any) -> None:
-    """A per-layer kinds list that the config leaves ``None`` (its checkpoint sets it) but its model indexes per
-    layer (Lfm2-MoE's ``layer_types[layer_idx] != "conv"``, DeepSeek-OCR 2's ``mlp_layer_types[layer_idx] ==
-    "sparse"``: ``'NoneType' object is not subscriptable``) gets one plain layer and then the kinds the modeling
-    module compares it with, so the tiny stack holds each kind its forward tells apart."""
-    import re
-
-    fields = vars(config)
-    layers = next((fields[f] for f in _LAYER_FIELDS if isinstance(fields.get(f), int)), None)
-    for name, plain in _PLAIN_KINDS.items():
-        if name not in fields or fields[name] is not None or not layers:
-            continue
-        compared = re.findall(rf'\.{name}\[[^\]]+\]\s*[!=]=\s*"(\w+)"', _modeling_source(config))
-        kinds = [plain, *(k for k in dict.fromkeys(compared) if k != plain)]
-        if len(kinds) < 2:
-            continue
-        if layers < len(kinds):
-            for field in _LAYER_FIELDS:
-                if isinstance(fields.get(field), int):
-                    setattr(config, field, len(kinds))
-            layers = len(kinds)
-        setattr(config, name, [kinds[min(i, len(kinds) - 1)] for i in range(layers)])
-
-
 def _fill_channel_lists(config: Any) -> None:
     """Per-block channel lists (``*_out_channels``) that a config leaves ``None`` (its checkpoint sets them) but
     its model indexes (Sapiens2's head reads ``upsample_out_channels[:-1]``: ``'NoneType' object is not
@@ -655,185 +472,6 @@ def _fill_channel_lists(config: Any) -> None:
         source = _modeling_source(config) if source is None else source
         if re.search(rf"\.{name}\[", source) and not re.search(rf"\.{name} is not None", source):
             setattr(config, name, [HIDDEN])
-
-def _hold_an_attention_layer(config: Any) -> None:
-    """A hybrid stack whose default holds only linear-attention (Mamba) layers gets its last layer as full
-    attention, as its checkpoints have (Bamba-9B's ``attn_layer_indices`` [9, 18, 27], Granite 4.0-H's mixed
-    ``layer_types``): its forward builds a causal mask from a cache without one attention layer and raises
-    ``get_seq_length can only be called on Attention layers``. Only stacks whose modeling module builds
-    ``"full_attention"`` layers: pure Mamba models (Mamba-2, FalconMamba) stay as they are. The last layer is
-    set in a stored kinds list, or named in the attention-index field a derived kinds list reads."""
-    fields = vars(config)
-    layers = next((fields[f] for f in _LAYER_FIELDS if isinstance(fields.get(f), int)), None)
-    stored = fields.get("layer_types")
-    kinds = stored if isinstance(stored, list) else _derived_kinds_list(config)
-    if not layers or not kinds or set(kinds) != {"linear_attention"} or not _builds_full_attention(config):
-        return
-    if isinstance(stored, list) and len(stored) == layers:
-        config.layer_types = [*stored[:-1], "full_attention"]
-        return
-    for name, value in fields.items():
-        if ("attn" in name or "attention" in name) and name.endswith(("indices", "idxs")) and value in (None, []):
-            setattr(config, name, [layers - 1])
-            return
-
-
-def _derived_kinds_list(config: Any) -> list[str] | None:
-    for name in _KIND_PROPERTIES:
-        try:
-            value = getattr(config, name, None)
-        except Exception:  # per-layer configs refuse some global reads
-            continue
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return value
-    return None
-
-
-def _builds_full_attention(config: Any) -> bool:
-    return '"full_attention"' in _modeling_source(config)
-
-
-def _modeling_source(config: Any) -> str:
-    """The source of the modeling module next to ``config``'s configuration module ("" when there is none): what
-    a rule about the model's use of a config field reads, since the config alone does not say."""
-    import importlib.util
-
-    module = type(config).__module__
-    if ".configuration_" not in module:
-        return ""
-    try:
-        spec = importlib.util.find_spec(module.replace(".configuration_", ".modeling_"))
-    except (ImportError, ValueError):
-        return ""
-    if spec is None or not spec.origin:
-        return ""
-    with open(spec.origin, encoding="utf-8") as source:
-        return source.read()
-
-
-# Mamba-2 state-space blocks, by config family: (heads, head dim, expand, B/C groups) field names.
-_SSM_HEADS = (
-    ("num_heads", "head_dim", "expand", "n_groups"),  # Mamba-2
-    ("mamba_n_heads", "mamba_d_head", "mamba_expand", "mamba_n_groups"),  # Bamba, GraniteMoeHybrid, Falcon-H1
-    ("mamba_num_heads", "mamba_head_dim", "expand", "n_groups"),  # NemotronH
-    ("n_mamba_heads", "mamba_headdim", "mamba_expand", "mamba_ngroups"),  # Zamba2
-)
-_SSM_STATE_FIELDS = ("state_size", "ssm_state_size", "mamba_d_state")
-SSM_STATE = 16
-
-
-def _fit_ssm_heads(config: Any) -> None:
-    """Mamba-2 splits its ``expand * hidden_size`` inner channels into heads of a head dim: after shrinking, the
-    heads are ``HEADS`` and the head dim follows (the full-size product of 128 heads of 64 is the inner width of
-    4,096 x 2), the B/C groups still divide the heads, and the SSM state is tiny too.
-
-    Why: the chunked scan (no CUDA kernels here) materialises ``[batch, chunk, chunk, heads, state]`` score
-    tensors over a sequence padded to the chunk size. Left at Falcon-H1's 128 heads and 256-wide state, one eager
-    forward of the "tiny" model took 6.4 s and 500 MB (0.6 s and 15 MB shrunk), and its generation export ran out
-    of memory under the sweep's 4 GiB cap. The chunk (256) stays longer than every prompt a generation export
-    takes (``max_cache_len`` 64), so every prompt is padded, as in the full-size model: at an 8-token chunk the
-    8-token sample took the no-padding path and the exported prefill broke at the 6-token second shape (Zamba2:
-    ``cannot be reshaped ... Input shape:{3,8,4,16}, requested shape:{3,6,-1}``)."""
-    fields = vars(config)
-    width = _width(config)
-    for heads_field, head_dim_field, expand_field, groups_field in _SSM_HEADS:
-        expand = fields.get(expand_field)
-        if not (isinstance(expand, int) and isinstance(fields.get(heads_field), int)
-                and isinstance(fields.get(head_dim_field), int)):
-            continue
-        heads = min(fields[heads_field], HEADS)
-        setattr(config, heads_field, heads)
-        setattr(config, head_dim_field, expand * width // heads)
-        if isinstance(fields.get("mamba_d_ssm"), int):  # Falcon-H1's explicit inner width: heads x head dim
-            config.mamba_d_ssm = expand * width
-        if isinstance(fields.get(groups_field), int) and heads % fields[groups_field]:
-            setattr(config, groups_field, math.gcd(heads, fields[groups_field]))
-        for name in _SSM_STATE_FIELDS:
-            if isinstance(fields.get(name), int) and fields[name] > SSM_STATE:
-                setattr(config, name, SSM_STATE)
-        return
-
-
-def _shrink_out_indices(config: Any, old_layers: int | None) -> None:
-    """Backbone outputs chosen among the full-size layers (``out_indices`` 9..12 of 12, DPT's
-    ``backbone_out_indices``) are picked again among the tiny ones, as many as before (a DPT neck takes one
-    feature map per neck stage), spread the same way; the layer count grows to that many if it must."""
-    fields = vars(config)
-    layers = next((fields[f] for f in _LAYER_FIELDS if isinstance(fields.get(f), int)), None)
-    if not old_layers or not layers or old_layers <= layers or isinstance(fields.get("depths"), (list, tuple)):
-        return  # (hierarchical backbones number their stages by ``depths``, not by layers)
-    for name, first in (("_out_indices", 1), ("backbone_out_indices", 0)):  # stage numbers / layer indices
-        indices = fields.get(name)
-        if not _ints(indices) or max(indices) < layers + first:
-            continue
-        if len(indices) > layers:
-            layers = len(indices)
-            for field in _LAYER_FIELDS:
-                if isinstance(fields.get(field), int):
-                    setattr(config, field, layers)
-        picked = sorted({max(first, min(layers - 1 + first, round(i * layers / old_layers))) for i in indices})
-        if len(picked) < len(indices):  # rounding merged some: the last ones, as deep layers are the usual pick
-            picked = list(range(layers - len(indices) + first, layers + first))
-        setattr(config, name, type(indices)(picked))
-        if name == "_out_indices":
-            config.stage_names = ["stem", *(f"stage{i}" for i in range(1, layers + 1))]
-            config._out_features = [config.stage_names[i] for i in picked]
-
-
-_MROPE_DEFAULT = [16, 24, 24]  # the (t, h, w) split most multimodal-RoPE models fall back to
-
-
-def _shrink_rope_sections(config: Any) -> None:
-    """Multimodal RoPE sections (``mrope_section``) must add up to half the (shrunk) rotary dimension.
-
-    Configs that declare ``mrope_section`` (``ignore_keys_at_rope_validation``) but leave it out of their
-    defaults get one: their models fall back to a full-size split hard-coded in the modeling code.
-    """
-    uses_mrope = "mrope_section" in (getattr(type(config), "ignore_keys_at_rope_validation", None) or ())
-    kinds = vars(config).get("layer_types")
-    for value in _rope_dicts(config, kinds if isinstance(kinds, list) else []):
-        if uses_mrope and "rope_theta" in value and value.get("mrope_section") is None:
-            value["mrope_section"] = list(_MROPE_DEFAULT)
-        if not _ints(value.get("mrope_section")):
-            continue
-        sections = value["mrope_section"]
-        head_dim = vars(config).get("head_dim") or HEAD_DIM
-        rotary = int(head_dim * value.get("partial_rotary_factor", vars(config).get("partial_rotary_factor", 1.0)))
-        if rotary // 2 < len(sections) and "partial_rotary_factor" in value:  # too few rotary dims for one per section
-            value["partial_rotary_factor"] = rotary_factor = 2 * len(sections) / head_dim
-            rotary = int(head_dim * rotary_factor)
-        half = max(rotary // 2, len(sections))
-        scaled = [max(1, v * half // sum(sections)) for v in sections]
-        # The remainder goes to the last section so that equal sections stay equal (Ernie pairs h with w).
-        scaled[-1] += half - sum(scaled)
-        value["mrope_section"] = type(sections)(scaled)
-
-
-
-def _rope_dicts(config: Any, kinds: list[Any]) -> list[dict[str, Any]]:
-    """The config's dict fields, and the per-layer-kind RoPE dicts nested in them (``{"full_attention": {...}}``)."""
-    dicts = [v for v in vars(config).values() if isinstance(v, dict)]
-    return dicts + [v for d in dicts for k, v in d.items() if k in kinds and isinstance(v, dict)]
-
-
-def _rope_per_layer_kind(config: Any) -> None:
-    """An empty ``rope_parameters`` dict in a config whose model reads one RoPE per layer kind gets a default
-    RoPE for each kind of its ``layer_types``: CohereCompass' text config defaults to ``{}`` (its checkpoint
-    sets them) and its rotary embedding reads ``rope_parameters[layer_type]`` (``KeyError: 'full_attention'``).
-    Only where the modeling module reads that per-kind entry."""
-    kinds = vars(config).get("layer_types")
-    if vars(config).get("rope_parameters") != {} or not _strs(kinds) or not _reads_rope_per_kind(config):
-        return
-    theta = getattr(config, "default_theta", None) or 10000.0
-    config.rope_parameters = {kind: {"rope_type": "default", "rope_theta": theta} for kind in dict.fromkeys(kinds)}
-
-
-def _strs(value: Any) -> bool:
-    return isinstance(value, list) and len(value) > 0 and all(isinstance(v, str) for v in value)
-
-
-def _reads_rope_per_kind(config: Any) -> bool:
-    return "rope_parameters[layer_type]" in _modeling_source(config)
 
 
 def _shrink_images(config: Any) -> None:
@@ -874,11 +512,3 @@ def _clamp_token_ids(config: Any) -> None:
         value = getattr(config, name)
         if isinstance(value, int) and value >= vocab:
             setattr(config, name, vocab - 1 - offset)
-
-
-def _width(config: Any) -> int:
-    return _own_width(config) or HIDDEN
-
-
-def _own_width(config: Any) -> int | None:
-    return next((getattr(config, f) for f in _HIDDEN_FIELDS if isinstance(getattr(config, f, None), int)), None)

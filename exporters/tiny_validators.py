@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from exporters.tiny_shrink import _own_width, _sub_configs
+from exporters.tiny_sizes import _own_width, _sub_configs
 
 _TIE_RATIOS = (1, 2, 4, 8)
 _MAX_TIES = 8

@@ -173,7 +173,8 @@ def test_fields_named_by_an_alias_keep_their_shrunk_value():
     # KimiLinearConfig declares ``num_local_experts`` (256) and ``num_experts_per_tok`` (8), aliases stored as
     # ``num_experts`` / ``num_experts_per_token``: the rebuild read the declared names, found nothing, and the
     # constructor's defaults came back, a 6.5 M-parameter "tiny" model whose generation export timed out at 600 s.
-    from exporters.tiny_shrink import EXPERTS, default_config, model_class, shrink_config
+    from exporters.tiny_shrink import default_config, model_class, shrink_config
+    from exporters.tiny_sizes import EXPERTS
 
     config = shrink_config(default_config(model_class("KimiLinearForCausalLM")))
     assert config.num_experts <= EXPERTS and config.num_experts_per_token <= 2
@@ -184,7 +185,9 @@ def test_mamba2_blocks_of_every_family_get_tiny_heads_state_and_chunks():
     # Falcon-H1 names them mamba_*: left at 128 heads and a 256-wide state, its chunked scan made one eager
     # forward 6.4 s and 500 MB, and the generation export ran out of the sweep's 4 GiB.
     from exporters.generation import GenerationExportConfig
-    from exporters.tiny_shrink import HEADS, SSM_STATE, default_config, model_class, shrink_config
+    from exporters.tiny_layers import SSM_STATE
+    from exporters.tiny_shrink import default_config, model_class, shrink_config
+    from exporters.tiny_sizes import HEADS
 
     config = shrink_config(default_config(model_class("FalconH1ForCausalLM")))
     assert config.mamba_n_heads <= HEADS and config.mamba_d_state <= SSM_STATE

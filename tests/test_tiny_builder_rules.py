@@ -10,7 +10,7 @@ import torch
 from transformers.utils import is_timm_available
 
 from exporters.tiny import AUDIO_SAMPLES, CHOICES, IMAGE, VOCAB, build_tiny, padded_mask, shrink_config
-from exporters.tiny_shrink import _width
+from exporters.tiny_sizes import _width
 
 
 def _forward(tiny):
