@@ -33,12 +33,14 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 
-from exporters import (  # noqa: F401  (register lowering speed patches, op fixes)
+from exporters import (  # noqa: F401  (register lowering speed patches, op and symbolic-op fixes)
     executorch_lowering,
     executorch_ops,
+    executorch_symbolic,
 )
 from exporters.base import ExportResult, config_as_dict, start_export
 from exporters.bundle import RUNTIMES
+from exporters.executorch_symbolic import require_dims_kept
 from exporters.exporter_dynamo import (
     DynamoConfig,
     DynamoExporter,
@@ -169,8 +171,10 @@ class ExecutorchExporter:
             with clock("fx fixes"):
                 apply_program_fixes(program)
                 apply_node_fixes(program, config.backend)
+            exported_dims = dynamic_dim_ranges(program)
             with clock("to_edge_transform_and_lower"):
                 edge = to_edge_transform_and_lower(program, partitioner=partitioners)
+            require_dims_kept(exported_dims, dynamic_dim_ranges(edge.exported_program()))
             with clock("to_executorch"):
                 lowered = edge.to_executorch()
         with clock("metadata"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -71,21 +72,24 @@ def matches_eager():
 
 @pytest.fixture(scope="session")
 def executorch_needs():
-    """``executorch_needs(model, inputs, workaround, error)`` → the validated ExportResult with the workaround on.
+    """``executorch_needs(model, inputs, workaround, error, **config)`` → the validated ExportResult with the
+    workaround on (``config``: more ``ExecutorchConfig`` fields, e.g. ``dynamic=True``).
 
     The shape every ExecuTorch workaround test shares: with ``workaround`` the export fires it and matches eager;
-    ``--without`` it, lowering fails with ``error`` (a regex), so the test fails the day the workaround stops
-    being needed or stops working.
+    ``--without`` it, lowering fails with ``error`` (a regex on ``Type: message``), so the test fails the day
+    the workaround stops being needed or stops working.
     """
     from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
 
-    def check(model, inputs, workaround: str, error: str):
-        fixed = ExecutorchExporter(ExecutorchConfig()).export(model, inputs, validate=True)
+    def check(model, inputs, workaround: str, error: str, **config):
+        fixed = ExecutorchExporter(ExecutorchConfig(**config)).export(model, inputs, validate=True)
         assert fixed.metadata.workarounds_fired.get(workaround, 0) >= 1, fixed.metadata.workarounds_fired
         assert fixed.validation.status == "pass", fixed.validation.problems()
-        without = ExecutorchConfig(without=frozenset({workaround}))
-        with pytest.raises(Exception, match=error):
+        without = ExecutorchConfig(without=frozenset({workaround}), **config)
+        with pytest.raises(Exception) as failure:
             ExecutorchExporter(without).export(model, inputs)
+        # Matched against "Type: message": the edge verifier's bare ``AssertionError`` has no message at all.
+        assert re.search(error, f"{type(failure.value).__name__}: {failure.value}"), failure.value
         return fixed
 
     return check

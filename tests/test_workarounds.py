@@ -48,6 +48,13 @@ COVERAGE: dict[str, list[str]] = {
         "test_executorch_triage.py::test_xnnpack_needs_max_dim_in_its_pooling_form",
         "test_executorch_triage.py::test_hiera_classification_lowers_with_max_dim_as_pooling",
     ],
+    "_fix_sym_min_max_decided_by_bounds": [
+        "test_executorch_symbolic.py::test_sym_min_of_a_bounded_size_is_that_size",
+        "test_executorch_symbolic.py::test_undecided_sym_min_is_left_for_the_verifier",
+    ],
+    "_fix_empty_specialised_by_dim_order": [
+        "test_executorch_symbolic.py::test_new_empty_of_symbolic_sizes_keeps_them_dynamic",
+    ],
     "_fix_scatter_reduce_without_portable_kernel": [
         "test_executorch_ops.py::test_scatter_reduce_rewrite_matches_aten",
         "test_executorch_ops.py::test_executorch_runs_scatter_reduce_from_the_written_pte",

@@ -1,0 +1,145 @@
+"""Symbolic sizes through ExecuTorch's lowering: fixes for nodes it rejects or specialises, and the check that
+it kept every dim torch.export left dynamic.
+
+A dynamic export records Python's ``min``/``max`` of a size and a constant (a sparse-attention indexer's
+``topk = min(self.index_topk, scores.shape[-1])``) as a ``torch.sym_min``/``torch.sym_max`` node. ExecuTorch's
+edge verifier accepts only an allow-list of symbolic operators there (``exir/verification/verifier.py``,
+``assert op.__name__ in ("alloc",)`` for the others), so the lowering stops with a bare ``AssertionError``.
+:func:`decide_sym_min_max` removes such a node where the export's own bounds decide it.
+
+Worse than a failure is a silent specialisation: an edge operator declared with ``int[]`` where ATen's has
+``SymInt[]`` (ExecuTorch's ``_empty_dim_order(int[] size, ...)``, the dim-order form of ``aten.empty``) turns
+each symbolic size it receives into the sample's value, and the ``.pte`` then accepts only the sample's shape
+on every input tied to it, while validation, which moves every dim still symbolic, passes.
+:func:`require_dims_kept` turns that into a failure naming the dims; :func:`empty_as_zeros` avoids it for
+``empty``. The fixes are registered on ``"executorch"`` (stage 5 of ``exporters.exporter_executorch``), so
+``grep -n "@register_"`` finds them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from exporters.utils import register_fx_node_fix
+
+__all__ = ["LoweringSpecialisedError", "decide_sym_min_max", "empty_as_zeros", "require_dims_kept"]
+
+
+def _bounds(value: Any) -> tuple[Any, Any] | None:
+    """(lower, upper) of an int argument or of a node whose value is a SymInt, from the shape environment's value
+    ranges (which hold the ``Dim`` bounds the export declared); None when it is neither."""
+    if isinstance(value, int):
+        return value, value
+    symbolic = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
+    if not isinstance(symbolic, torch.SymInt):
+        return None
+    ranges = symbolic.node.shape_env.bound_sympy(symbolic.node.expr)
+    return ranges.lower, ranges.upper
+
+
+def decide_sym_min_max(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Replace ``torch.sym_min(a, b)`` / ``torch.sym_max(a, b)`` by the argument that the bounds prove it is.
+
+    ``min(a, b)`` is ``a`` when ``a``'s upper bound is at most ``b``'s lower bound (and ``b`` the other way round);
+    ``max`` likewise. Exact: the node's value is that argument for every input the program accepts, since the
+    program's guards keep every dynamic size inside its declared range. An undecided node (ranges overlap) is
+    left as it is, and the verifier still names the failure. Returns True when it replaced ``node``.
+    """
+    if node.op != "call_function" or node.target not in (torch.sym_min, torch.sym_max) or len(node.args) != 2:
+        return False
+    first, second = node.args
+    bounds = _bounds(first), _bounds(second)
+    if None in bounds:
+        return False
+    (low_1, high_1), (low_2, high_2) = bounds
+    smaller = first if high_1 <= low_2 else second if high_2 <= low_1 else None
+    if smaller is None:
+        return False
+    larger = second if smaller is first else first
+    kept = smaller if node.target is torch.sym_min else larger
+    for user in list(node.users):
+        user.args = torch.fx.node.map_arg(user.args, lambda arg: kept if arg is node else arg)
+        user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda arg: kept if arg is node else arg)
+    graph_module.graph.erase_node(node)
+    return True
+
+
+@register_fx_node_fix("executorch", dependency="executorch")
+def _fix_sym_min_max_decided_by_bounds(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Drop ``torch.sym_min``/``sym_max`` of a bounded size and a constant: the edge verifier rejects them.
+
+    DeepSeek-V3.2's and dots3-note's indexers take ``min(self.index_topk, index_scores.shape[-1])`` (2,048 and
+    the sequence); exported with a sequence of at most ``max_sequence`` (128) tokens the node is the sequence
+    size itself, and ExecuTorch 1.5.1's ``to_edge_transform_and_lower`` fails in its verifier with
+    ``AssertionError`` (``op.__name__ in ("alloc",)``) on it. See :func:`decide_sym_min_max`; a draft issue is
+    docs/upstream-drafts/_fix_sym_min_max_decided_by_bounds.md.
+    """
+    return decide_sym_min_max(graph_module, node)
+
+
+def empty_as_zeros(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write ``aten.new_empty`` / ``aten.empty.memory_format`` with a symbolic size as ``new_zeros`` / ``full(0)``.
+
+    ``empty``'s contents are unspecified, so zeros are one valid value of it: the rewrite changes no output, and
+    costs one fill of a buffer the program writes anyway. The zero-filled forms reach the edge dialect as
+    ``aten.full.default``, whose ``SymInt[] size`` keeps the sizes symbolic, where ExecuTorch's memory-format
+    pass rewrites ``empty`` into ``_empty_dim_order(int[] size)``. Only contiguous (or unspecified) memory
+    formats, and only when a size is a node (symbolic): a static ``empty`` lowers as it is. Returns True when
+    it replaced ``node``.
+    """
+    aten = torch.ops.aten
+    if node.op != "call_function" or node.target not in (aten.new_empty.default, aten.empty.memory_format):
+        return False
+    size = node.args[1] if node.target is aten.new_empty.default else node.args[0]
+    if not isinstance(size, (list, tuple)) or not any(isinstance(s, torch.fx.Node) for s in size):
+        return False
+    kwargs = dict(node.kwargs)
+    if kwargs.pop("memory_format", None) not in (None, torch.contiguous_format):
+        return False
+    if node.target is aten.new_empty.default:
+        target, args = aten.new_zeros.default, node.args
+    else:
+        target, args = aten.full.default, (size, 0)
+    with graph_module.graph.inserting_before(node):
+        zeros = graph_module.graph.call_function(target, args, kwargs)
+    zeros.meta = dict(node.meta)
+    node.replace_all_uses_with(zeros)
+    graph_module.graph.erase_node(node)
+    return True
+
+
+@register_fx_node_fix("executorch", dependency="executorch")
+def _fix_empty_specialised_by_dim_order(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write ``empty`` of a symbolic size as zeros: the lowering would specialise its size to the sample's.
+
+    ExecuTorch 1.5.1's ``MemoryFormatOpsPass`` rewrites ``aten.empty.memory_format`` (what ``new_empty``
+    decomposes to) into ``dim_order_ops._empty_dim_order``, whose schema takes ``int[] size``
+    (exir/passes/dim_order_ops_registry.py), so calling it on symbolic sizes guards each to its sample value.
+    DeepSeek-V3.2's multi-latent attention builds its keys in ``k_pass.new_empty([batch, heads, sequence,
+    head_dim])`` (``expand_kv``), which made the batch and sequence of ``input_ids`` static: the ``.pte``
+    accepted ``[2, 8]`` only. See :func:`empty_as_zeros`; the draft issue is
+    docs/upstream-drafts/_fix_empty_specialised_by_dim_order.md.
+    """
+    return empty_as_zeros(graph_module, node)
+
+
+class LoweringSpecialisedError(RuntimeError):
+    """ExecuTorch's lowering made static a dim that ``torch.export`` kept dynamic."""
+
+
+def require_dims_kept(exported: dict[str, dict[str, Any]], lowered: dict[str, dict[str, Any]]) -> None:
+    """Fail when a dynamic dim of the exported program (``dynamic_dim_ranges`` before lowering) is static after.
+
+    The ``.pte`` would accept only the sample's size there, and a second-shape validation cannot see it: it moves
+    the dims that are still symbolic. Naming the dims is what the user needs to choose ``--dynamic-dim`` or to
+    report the lowering pass."""
+    lost = [
+        f"{name} dim {index}" for name, dims in exported.items() for index in dims if index not in lowered.get(name, {})
+    ]
+    if lost:
+        raise LoweringSpecialisedError(
+            f"to_edge_transform_and_lower specialised {', '.join(lost)}, which torch.export kept dynamic: the .pte "
+            "would accept only the sample's size there (a lowering pass guarded the symbolic size to its value)"
+        )
