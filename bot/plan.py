@@ -73,6 +73,7 @@ class Subject:
     dependency: str | None = None
     failure: str | None = None
     list_name: str | None = None  # a ledger entry's list (ONNX_DISABLE_OPTIMIZE: its re-runs need the optimizer on)
+    speed: bool = False  # a speed workaround: passing without it is expected, not evidence that it can go
 
 
 def entry_subject(entry: LedgerEntry) -> Subject:
@@ -96,7 +97,7 @@ def workaround_subject(workaround: Workaround, exports: Iterable[Export]) -> Sub
         stack.append(workaround.dependency)
     return Subject(
         workaround.name, WORKAROUND, backend, tuple(exports), tuple(stack),
-        workaround.upstream, workaround.dependency, None,
+        workaround.upstream, workaround.dependency, None, speed=workaround.speed,
     )  # fmt: skip
 
 

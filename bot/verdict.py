@@ -282,6 +282,14 @@ def verdict(
         f"{n} {old or '(unpinned)'} → {new or '(unpinned)'}" for n, (old, new) in plan.moved_pins.items()
     ]
     explains = f"; moved since last verification: {', '.join(moved)}" if moved else ""
+    if entry.speed:
+        return Verdict(
+            entry.id,
+            HUMAN,
+            [f"{passed}, as exports do without a speed workaround: removable only once it saves no time at "
+             f"{_stack(plan)} (time an export it fires in, as it is and with `--without {entry.id}`)"],
+            evidence,
+        )  # fmt: skip
     if needs_human(upstream_state):
         return Verdict(entry.id, HUMAN, [f"{passed}, but upstream {state_word}: a human decides"], evidence)
     if entry.kind == ENTRY and not (moved and plan.last_verdict in FAILED_BEFORE):

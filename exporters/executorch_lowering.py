@@ -7,7 +7,8 @@ what it produces: the serialized ``.pte`` is byte-identical with and without the
 (``counts_itself`` and never ``record_hit``): ``workarounds_fired`` lists what an export's result depends on, and
 no result depends on these. A hit would also mislead the audit: a re-run without a speed patch always passes,
 which is the evidence it reads as "no longer needed"; with no export to re-run it answers "nothing to re-run"
-instead, and the supersession probes do not spend re-runs disabling them.
+instead, and the supersession probes do not spend re-runs disabling them. They are registered ``speed=True``
+as well, so that even a re-run passing without one is answered "a human decides", never "removable".
 
 Where the lowering's time goes (cProfile of ``ExecutorchExporter.export``, static XNNPACK, tiny models, this
 machine, 2026-12-01; cumulative seconds under cProfile, share of the export):
@@ -140,6 +141,7 @@ def _recompiling_once(graph_module: torch.fx.GraphModule) -> Iterator[None]:
     upstream="https://github.com/pytorch/executorch/issues/6191",
     dependency="executorch",
     counts_itself=True,
+    speed=True,
 )
 def _patch_partition_fusing_sorts_in_place(original: Callable) -> Callable:
     """Sort the graph in place, and recompile it once, when ``to_backend`` fuses each partition into a submodule.
@@ -183,6 +185,7 @@ def _patch_partition_fusing_sorts_in_place(original: Callable) -> Callable:
     upstream="https://github.com/pytorch/executorch/issues/6191",
     dependency="executorch",
     counts_itself=True,
+    speed=True,
 )
 def _patch_merge_check_intersects_sets(original: Callable) -> Callable:
     """Ask the XNNPACK group partitioner's cycle check one set question per external user, not one per node.
@@ -216,7 +219,7 @@ def _patch_merge_check_intersects_sets(original: Callable) -> Callable:
 
 @register_patch(
     "executorch", "torch.fx.traceback.NodeSource.__init__",
-    upstream="https://github.com/pytorch/pytorch/pull/193051", dependency="torch", counts_itself=True,
+    upstream="https://github.com/pytorch/pytorch/pull/193051", dependency="torch", counts_itself=True, speed=True,
 )  # fmt: skip
 def _patch_node_source_shares_its_history(original: Callable) -> Callable:
     """Record a node's provenance (``meta["from_node"]``) by sharing its history instead of deep-copying it.

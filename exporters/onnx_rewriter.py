@@ -14,6 +14,7 @@ from exporters.utils import record_hit, register_patch
 
 @register_patch(
     "onnx", "onnxscript.rewriter._matcher.SimplePatternMatcher.match", dependency="onnxscript", counts_itself=True,
+    speed=True,
 )  # fmt: skip
 def _patch_multi_output_match_checks_its_first_node(original: Any) -> Any:
     """Reject a node for a pattern with several output nodes when it is not of the first output node's op.

@@ -120,7 +120,7 @@ PT2_LOAD = "dynamo.pt2-load"  # the Dynamo backend's artifact; runs on its stack
 
 
 @register_patch(PT2_LOAD, "torch._export.serde.serialize._dict_to_dataclass",
-                upstream="https://github.com/pytorch/pytorch/issues/196452", dependency="torch")
+                upstream="https://github.com/pytorch/pytorch/issues/196452", dependency="torch", speed=True)
 def _patch_pt2_schema_conversion_planned_once(original: Callable[..., Any]) -> Callable[..., Any]:
     """Schema JSON → dataclasses with each class's conversion planned once (see ``_PlannedSchema``); torch's
     C++ deserialiser (pytorch/pytorch#176428) or a type-hint cache (#196452) makes this unnecessary."""
@@ -129,7 +129,7 @@ def _patch_pt2_schema_conversion_planned_once(original: Callable[..., Any]) -> C
     return _PlannedSchema(serialize)
 
 
-@register_patch(PT2_LOAD, "sympy.sympify", dependency="torch")
+@register_patch(PT2_LOAD, "sympy.sympify", dependency="torch", speed=True)
 def _patch_pt2_expression_parsed_once(original: Callable[..., Any]) -> Callable[..., Any]:
     """``sympify`` of a shape expression's text answered once per text and the objects its names resolve to
     (see ``_MemoSympy``): torch's ``_parse_sym_expr`` parses the text of every SymInt it meets, however often that text recurs.

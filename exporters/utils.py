@@ -75,6 +75,9 @@ class Workaround:
     dependency: str | None = None
     optional: bool = False
     counts_itself: bool = False  # a patch that calls record_hit only when it changes something
+    # A speed-up: the artifact is the same without it, so an export passing without it says nothing about
+    # whether it may go (bot.verdict asks a human, with the benchmark to run, instead of proposing removal).
+    speed: bool = False
 
     @property
     def summary(self) -> str:
@@ -91,6 +94,7 @@ class Workaround:
             "upstream": self.upstream,
             "dependency": self.dependency,
             "optional": self.optional,
+            "speed": self.speed,
             "module": self.func.__module__,
             "summary": self.summary,
         }
@@ -120,12 +124,14 @@ def register_patch(
     dependency: str | None = None,
     optional: bool = False,
     counts_itself: bool = False,
+    speed: bool = False,
 ) -> Callable[[Callable], Callable]:
     """Register ``factory(original) -> replacement`` for each dotted path in ``paths``.
 
     Each call of the replacement counts as a hit, unless ``counts_itself``: a patch on a target every export
     calls (torch.onnx's output handler) records its own hits, only when it changed something, so that
-    ``workarounds_fired`` keeps saying which exports needed it.
+    ``workarounds_fired`` keeps saying which exports needed it. ``speed``: the patch makes the same artifact
+    faster, so the audit never reads "passes without it" as "no longer needed".
     """
     if not paths:
         raise WorkaroundError("register_patch needs at least one target path")
@@ -134,7 +140,7 @@ def register_patch(
         _register(
             _PATCHES,
             Workaround(factory.__name__, "patch", backend, factory, tuple(paths), upstream, dependency, optional,
-                       counts_itself),
+                       counts_itself, speed),
         )
         return factory
 

@@ -55,6 +55,7 @@ GUARD_TYPE = Subject("e", ENTRY, "dynamo", SKIP.exports, STACK, URL, "torch", "G
                      "EXPORT_SKIPS")  # fmt: skip
 TIMES_OUT = Subject("e", ENTRY, "dynamo", SKIP.exports, STACK, URL, "torch", "^timeout$", "EXPORT_SKIPS")
 PROBE = Subject("_fix_x", WORKAROUND, "dynamo", (Export("BertModel", "dynamo", False),), STACK, URL, "torch", None)
+SPEED = Subject("_patch_x", WORKAROUND, "dynamo", PROBE.exports, STACK, URL, "torch", None, speed=True)
 
 
 def state(kind: str) -> UpstreamState | None:
@@ -226,6 +227,12 @@ ROWS = [
      STILL_NEEDED, [f"fails without it at {AT}: GPT2Model (dynamic) failed: ValueError: bad view", FLAKY]),
     ("probe-crash-without-error", PROBE, "open", "moved", [run("crashed", subject=PROBE)], STILL_NEEDED,
      [f"fails without it at {AT}: BertModel (static) crashed: crashed"]),
+    # A speed workaround makes the same artifact faster: passing without it is expected, whatever upstream says.
+    ("speed-pass+closed+moved", SPEED, "closed:completed", "moved", [run(subject=SPEED)], HUMAN,
+     [f"{ALL_1}, as exports do without a speed workaround: removable only once it saves no time at {AT} "
+      "(time an export it fires in, as it is and with `--without _patch_x`)"]),
+    ("speed-failure", SPEED, "open", "moved", [run("failed", "anything", subject=SPEED)], STILL_NEEDED,
+     [f"fails without it at {AT}: BertModel (static) failed: anything"]),
 ]  # fmt: skip
 
 
