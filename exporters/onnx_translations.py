@@ -15,7 +15,7 @@ import torch
 from onnx_ir.tensor_adapters import from_torch_dtype, to_torch_dtype
 
 from exporters.exporter_onnx import _register_translation
-from exporters.utils import record_hit
+from exporters.utils import record_hit, register_fx_node_fix
 
 
 def _static_size(value: Any, dim: int) -> int | None:
@@ -53,11 +53,57 @@ def _aten_squeeze_dims_of_size_one(self: Any, dim: int) -> Any:
     must fail on a dim that is not 1: the RNNT joint of Parakeet and Nemotron ASR (``logits.squeeze(2)`` on
     (batch, frames, tokens, vocab) logits with 8 tokens) loads in ONNX Runtime with ``[ShapeInferenceError]
     Dimension of input 2 must be 1 instead of 8``. The program proved every static size, so the choice is
-    made at export: ``Squeeze`` on the size-1 dims, ``Identity`` otherwise. A symbolic dim is never 1 in a
-    torch.export program (0/1 are specialised), so it is not squeezed either. No upstream issue found;
-    draft with reproducer: docs/upstream-drafts/_aten_squeeze_dims_of_size_one.md.
+    made at export: ``Squeeze`` on the size-1 dims, ``Identity`` otherwise. A symbol of an input dim is never
+    1 (0/1 are specialised); a symbolic size that torch.export guarded to 1 (an expression of a symbol) is
+    written as a ``select`` before translation (``_fix_squeeze_of_a_dim_guarded_to_one``). No upstream issue
+    found; draft with reproducer: docs/upstream-drafts/_aten_squeeze_dims_of_size_one.md.
     """
     return _squeeze_size_one_dims(self, [dim], "_aten_squeeze_dims_of_size_one")
+
+
+def select_squeezed_symbolic_dims(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write ``aten.squeeze.dim(s)`` that removed a symbolic dim as ``aten.select.int(x, dim, 0)`` per removed dim.
+
+    torch.export decides ``squeeze(d)`` of a symbolic size by its sample value and guards the decision: a
+    size that is an expression of an input's symbol (``((h - 1) // 16 - 2) // 3 + 1``, 1 for a range of
+    heights) is guarded equal to 1 and removed, the program's output having one dim less. The translation
+    sees only a symbolic size it cannot prove 1, and keeps the dim. ``select(d, 0)`` of a dim of size 1 is the
+    same tensor without it, so the ONNX graph follows the program's decision. Rewritten only when every
+    listed dim that is 1 or symbolic was removed (the output rank says so); returns True when it rewrote.
+    """
+    aten = torch.ops.aten
+    if node.op != "call_function" or node.target not in (aten.squeeze.dim, aten.squeeze.dims):
+        return False
+    source, listed = node.args[0], node.args[1]
+    before, after = source.meta.get("val"), node.meta.get("val")
+    if not isinstance(before, torch.Tensor) or not isinstance(after, torch.Tensor) or before.dim() == 0:
+        return False
+    dims = sorted({d % before.dim() for d in ([listed] if isinstance(listed, int) else listed)})
+    symbolic = [d for d in dims if not isinstance(before.shape[d], int)]
+    candidates = [d for d in dims if d in symbolic or before.shape[d] == 1]
+    if not symbolic or before.dim() - after.dim() != len(candidates):
+        return False
+    result = source
+    with graph_module.graph.inserting_before(node):
+        for dim in reversed(candidates):  # from the last: earlier dims keep their index
+            result = graph_module.graph.call_function(aten.select.int, (result, dim, 0))
+    result.meta = dict(node.meta)
+    node.replace_all_uses_with(result)
+    graph_module.graph.erase_node(node)
+    return True
+
+
+@register_fx_node_fix("onnx", dependency="torch")
+def _fix_squeeze_of_a_dim_guarded_to_one(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Squeeze a symbolic dim that torch.export guarded to size 1 as ``select(dim, 0)``: the translation keeps it.
+
+    PP-OCRv6's text recogniser pools its 64-pixel image height to 1 and squeezes it (``((h - 1) // 16 - 2) // 3
+    + 1``, symbolic under dynamic shapes): the ONNX graph kept the dim, the recognition head's 1-D convolution
+    then got a 4-D input, and ONNX Runtime refused the model (``Node (node_Conv_N) Op (Conv)
+    [ShapeInferenceError] Attribute dilations has incorrect size``). See :func:`select_squeezed_symbolic_dims`;
+    the bug is in torchlib's squeeze, with ``_aten_squeeze_dims_of_size_one`` (its draft covers both).
+    """
+    return select_squeezed_symbolic_dims(graph_module, node)
 
 
 @_register_translation(torch.ops.aten.squeeze.dims, dependency="onnxscript")

@@ -232,3 +232,24 @@ def test_a_constant_that_differs_from_eager_is_a_mismatch():
     checks = _constant_checks({"y": torch.ones(1), "sizes": (8, 6)}, {"y": torch.ones(1), "sizes": (8, 5)})
     assert [(c.name, c.status) for c in checks] == [("sizes.1", MISMATCH)]
     assert _constant_checks({"sizes": (8, None)}, {"sizes": (8, None)}) == []
+
+
+class PoolHeightThenSqueeze(torch.nn.Module):
+    """A text recogniser's height pooled to 1 and squeezed (PP-OCRv6): under dynamic shapes the pooled height
+    is ``h // 16``, symbolic, and torch.export guards it equal to 1 for the squeeze."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.avg_pool2d(x, (16, 1), (16, 1)).squeeze(2) * 2
+
+
+def test_squeeze_of_a_dim_guarded_to_one_drops_it_in_onnx_too():
+    from exporters.exporter_onnx import OnnxConfig, OnnxExporter
+
+    model, inputs = PoolHeightThenSqueeze(), {"x": torch.randn(2, 4, 24, 8)}
+    fixed = OnnxExporter(OnnxConfig(dynamic=True)).export(model, inputs, validate=True)
+    assert fixed.metadata.workarounds_fired["_fix_squeeze_of_a_dim_guarded_to_one"] == 1
+    assert [shape.status for shape in fixed.validation.shapes] == ["pass", "pass"]
+    assert "2" in fixed.metadata.dynamic_dims["x"], "the pooled height must stay dynamic for the test to mean anything"
+    without = OnnxConfig(dynamic=True, without=frozenset({"_fix_squeeze_of_a_dim_guarded_to_one"}))
+    with pytest.raises(Exception, match=r"shape \[2, 4, 1, 8\] != eager \[2, 4, 8\]"):
+        OnnxExporter(without).export(model, inputs, validate=True)
