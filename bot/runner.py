@@ -72,6 +72,9 @@ class ExportOutcome:
     max_abs_diff: dict[str, float] = field(default_factory=dict)
     workarounds_fired: dict[str, int] = field(default_factory=dict)
     workarounds_disabled: list[str] = field(default_factory=list)
+    # The axes each input kept dynamic in the artifact ({} for a static export): a dynamic export whose dims
+    # were all specialised ran at the sample shape only, and a reader must be able to tell it from one that moved.
+    dynamic_dims: dict[str, list[int]] = field(default_factory=dict)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)  # what this process ran with, failed or not
     files: dict[str, str] = field(default_factory=dict)
@@ -216,6 +219,8 @@ def _build_export_validate(
         result.metadata.notes.append(built.source)  # where the model came from (weights or random)
         outcome.workarounds_fired = result.metadata.workarounds_fired
         outcome.workarounds_disabled = result.metadata.workarounds_disabled
+        outcome.dynamic_dims = {name: sorted(int(axis) for axis in dims)
+                                for name, dims in result.metadata.dynamic_dims.items()}  # fmt: skip
         outcome.stage_seconds = result.metadata.stage_seconds
         outcome.versions = result.metadata.versions or outcome.versions
         if request.out_dir is not None:  # the bundle is validated from its written files, then published

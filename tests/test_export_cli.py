@@ -116,8 +116,9 @@ def test_dynamic_bounds_and_tolerances_are_used_and_recorded(tmp_path: Path):
 
 def test_custom_dynamic_dims_from_the_help_example(tmp_path: Path):
     result = cli("export", "LlamaModel", "--dynamic-dim", "input_ids:1:2:32", "--dynamic-dim",
-                 "attention_mask:1:2:32", "--out", str(tmp_path))
+                 "attention_mask:1:2:32", "--json", "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["dynamic_dims"] == {"input_ids": [1], "attention_mask": [1]}  # as sweeps record
     data = summary(tmp_path)
     dims = data["metadata"]["dynamic_dims"]["input_ids"]
     assert list(dims) == ["1"] and (dims["1"]["min"], dims["1"]["max"]) == (2, 32)  # the batch stays static

@@ -363,6 +363,21 @@ def test_coverage_counts_records_per_exporter_hash() -> None:
         coverage_markdown(records, "exportbot sweep coverage x --out y"))
 
 
+def test_coverage_says_which_dynamic_passes_kept_no_dynamic_dim() -> None:
+    from bot.sweep import coverage_markdown
+
+    records = [
+        {"model": "Moves", "backend": "onnx", "mode": "dynamic", "status": "pass", "dynamic_dims": {"x": [0, 1]}},
+        {"model": "Specialised", "backend": "onnx", "mode": "dynamic", "status": "pass", "dynamic_dims": {}},
+        {"model": "Older", "backend": "onnx", "mode": "dynamic", "status": "pass"},
+        {"model": "Failed", "backend": "onnx", "mode": "dynamic", "status": "failed", "dynamic_dims": {}},
+        {"model": "Static", "backend": "onnx", "mode": "static", "status": "pass", "dynamic_dims": {}},
+    ]
+    assert ("Dynamic passes whose record names the dims kept dynamic: 2 of 3 (records made before 2026-12-02 do "
+            "not); 1 of them kept none, every dim specialised by torch.export, and were validated at the sample "
+            "shape only: Specialised.") in coverage_markdown(records, "exportbot sweep coverage x --out y")
+
+
 def test_warm_fork_sweep_records_passes_skips_and_a_segfault(
     tmp_path: Path, registry: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -212,6 +212,20 @@ def _exporter_line(records: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(parts) or "none"
 
 
+def _specialised_line(records: Sequence[Mapping[str, Any]]) -> str:
+    """How many dynamic passes say which dims stayed dynamic, and how many of those kept none: such a pass was
+    validated at the sample shape only, so it shows the export works, not that it is dynamic."""
+    passes = [r for r in records if r["mode"] == "dynamic" and r["status"] == PASS]
+    told = [r for r in passes if "dynamic_dims" in r]
+    static = sorted(r["model"] for r in told if not r["dynamic_dims"])
+    named = f": {', '.join(static[:8])}{' …' if len(static) > 8 else ''}" if static else ""
+    return (
+        f"Dynamic passes whose record names the dims kept dynamic: {len(told)} of {len(passes)} (records made "
+        f"before 2026-12-02 do not); {len(static)} of them kept none, every dim specialised by torch.export, and "
+        f"were validated at the sample shape only{named}."
+    )
+
+
 def generation_markdown(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """The generation column: per class and backend, the generation export's status (mode ``generate``,
     ``sweep run --task``) beside the same class's single-graph dynamic export; empty without generate records."""
@@ -258,6 +272,7 @@ def coverage_markdown(
         "",
     ]
     lines += summary_markdown(records).splitlines()
+    lines += ["", _specialised_line(records)]
     if census:
         lines += ["", *runnable_markdown(records, census)]
     lines += ["", *causes_markdown(records, causes, census)]
