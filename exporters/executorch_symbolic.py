@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from exporters.fx_rewrites import replace_node
 from exporters.utils import register_fx_node_fix
 
 __all__ = ["LoweringSpecialisedError", "decide_sym_min_max", "empty_as_zeros", "require_dims_kept"]
@@ -104,10 +105,8 @@ def empty_as_zeros(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> b
         target, args = aten.full.default, (size, 0)
     with graph_module.graph.inserting_before(node):
         zeros = graph_module.graph.call_function(target, args, kwargs)
-    zeros.meta = dict(node.meta)
-    node.replace_all_uses_with(zeros)
-    graph_module.graph.erase_node(node)
-    return True
+    zeros.meta = dict(node.meta)  # the same shape, dtype and provenance: only the contents' definition changed
+    return replace_node(graph_module, node, zeros)
 
 
 @register_fx_node_fix("executorch", dependency="executorch")

@@ -63,8 +63,13 @@ def spell_out_tanh_gelu(graph_module: torch.fx.GraphModule, node: torch.fx.Node)
         cube = op(aten.mul.Tensor, x, op(aten.mul.Tensor, x, x))
         inner = op(aten.mul.Tensor, op(aten.add.Tensor, x, op(aten.mul.Tensor, cube, 0.044715)), math.sqrt(2 / math.pi))
         result = op(aten.mul.Tensor, op(aten.mul.Tensor, x, 0.5), op(aten.add.Tensor, op(aten.tanh.default, inner), 1.0))
-    node.replace_all_uses_with(result)
-    graph.erase_node(node)
+    return replace_node(graph_module, node, result)
+
+
+def replace_node(graph_module: torch.fx.GraphModule, node: torch.fx.Node, replacement: torch.fx.Node) -> bool:
+    """Point every user of ``node`` at ``replacement`` and erase ``node``; True, what a node fix returns then."""
+    node.replace_all_uses_with(replacement)
+    graph_module.graph.erase_node(node)
     return True
 
 
@@ -111,9 +116,7 @@ def count_histc_by_comparison(graph_module: torch.fx.GraphModule, node: torch.fx
     hits = emit(aten.eq.Tensor, emit(aten.unsqueeze.default, index, -1), edges)
     hits = emit(aten.logical_and.default, hits, emit(aten.unsqueeze.default, inside, -1))
     counts = emit(aten.sum.dim_IntList, emit(aten._to_copy.default, hits, dtype=value.dtype), [0])
-    node.replace_all_uses_with(counts)
-    graph_module.graph.erase_node(node)
-    return True
+    return replace_node(graph_module, node, counts)
 
 
 def reduce_max_dim_as_pooling(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:

@@ -15,6 +15,7 @@ import torch
 from onnx_ir.tensor_adapters import from_torch_dtype, to_torch_dtype
 
 from exporters.exporter_onnx import _register_translation
+from exporters.fx_rewrites import emitter, replace_node
 from exporters.utils import record_hit, register_fx_node_fix
 
 
@@ -83,14 +84,10 @@ def select_squeezed_symbolic_dims(graph_module: torch.fx.GraphModule, node: torc
     candidates = [d for d in dims if d in symbolic or before.shape[d] == 1]
     if not symbolic or before.dim() - after.dim() != len(candidates):
         return False
-    result = source
-    with graph_module.graph.inserting_before(node):
-        for dim in reversed(candidates):  # from the last: earlier dims keep their index
-            result = graph_module.graph.call_function(aten.select.int, (result, dim, 0))
-    result.meta = dict(node.meta)
-    node.replace_all_uses_with(result)
-    graph_module.graph.erase_node(node)
-    return True
+    emit, result = emitter(graph_module, node), source
+    for dim in reversed(candidates):  # from the last: earlier dims keep their index
+        result = emit(aten.select.int, result, dim, 0)
+    return replace_node(graph_module, node, result)
 
 
 @register_fx_node_fix("onnx", dependency="torch")
