@@ -290,7 +290,15 @@ def _check_loaded(label: str, inputs: dict[str, Any], model: torch.nn.Module, lo
         returned["loaded"] = loaded(**kwargs)
         return [tensor for _, tensor in named_tensors(returned["loaded"])]
 
-    check = check_shape(label, inputs, run_eager, run_loaded, atol, rtol)
+    def run_reference(kwargs: Mapping[str, Any]) -> Any:
+        # Eager in float64, on a copy: made only when an output mismatches (a tiny model's copy is cheap).
+        def widen(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.to(torch.float64) if tensor.is_floating_point() else tensor
+
+        wider = copy.deepcopy(model).to(torch.float64)
+        return wider(**pytree.tree_map_only(torch.Tensor, widen, copy.deepcopy(dict(kwargs))))
+
+    check = check_shape(label, inputs, run_eager, run_loaded, atol, rtol, run_reference)
     if "loaded" in returned:
         difference = structure_difference(pytree.tree_structure(returned["eager"]),
                                           pytree.tree_structure(returned["loaded"]))

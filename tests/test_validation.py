@@ -359,3 +359,46 @@ def test_named_tensors_flattens_nested_outputs_with_readable_names():
 def test_numpy_float64_runtime_outputs_against_float32_eager():
     actual = np.asarray(EAGER.numpy(), dtype=np.float64)
     assert compare(actual).status == PASS
+
+
+# ── eager float32 not accurate enough: a float64 run of eager as the second opinion ──
+ILL_EAGER = torch.tensor([212.75, 1000.0, 5.0])  # float32 eager, off float64 at element 0 by 0.65
+ILL_FLOAT64 = torch.tensor([213.40, 1000.0, 5.0], dtype=torch.float64)
+
+
+def _shape_check(actual, reference=ILL_FLOAT64, eager=ILL_EAGER):
+    return check_shape("second shape", {"x": torch.zeros(1)}, lambda _: {"y": eager}, lambda _: [actual], 1e-4, 1e-3,
+                       run_reference=None if reference is None else (lambda _: {"y": reference}))  # fmt: skip
+
+
+def test_a_miss_only_where_eager_is_off_float64_and_the_artifact_is_not_is_inconclusive():
+    check = _shape_check(torch.tensor([213.45, 1000.0, 5.0]))
+    assert check.status == INCONCLUSIVE
+    assert "1 of 3 elements off" in check.outputs[0].detail and "not accurate enough" in check.outputs[0].detail
+
+
+@pytest.mark.parametrize(("actual", "why"), [
+    (torch.tensor([213.45, 1000.0, 5.1]), "a miss where eager agrees with float64: the artifact is wrong there"),
+    (torch.tensor([150.0, 1000.0, 5.0]), "the artifact misses float64 too"),
+])  # fmt: skip
+def test_a_miss_eager_float64_does_not_explain_stays_a_mismatch(actual, why):
+    assert _shape_check(actual).status == MISMATCH, why
+
+
+def test_without_a_float64_run_or_when_it_fails_a_mismatch_stays_one():
+    assert _shape_check(torch.tensor([213.45, 1000.0, 5.0]), reference=None).status == MISMATCH
+
+    def fails(_):
+        raise RuntimeError("expected scalar type Float but found Double")
+
+    artifact = torch.tensor([213.45, 1000.0, 5.0])
+    check = check_shape("s", {"x": torch.zeros(1)}, lambda _: {"y": ILL_EAGER}, lambda _: [artifact], 1e-4, 1e-3,
+                        run_reference=fails)  # fmt: skip
+    assert check.status == MISMATCH
+
+
+def test_the_float64_run_is_made_only_for_a_mismatch():
+    calls = []
+    check = check_shape("s", {"x": torch.zeros(1)}, lambda _: {"y": ILL_EAGER}, lambda _: [ILL_EAGER], 1e-4, 1e-3,
+                        run_reference=lambda _: calls.append(1) or {"y": ILL_FLOAT64})  # fmt: skip
+    assert check.status == PASS and calls == []
