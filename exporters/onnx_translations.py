@@ -71,6 +71,8 @@ def select_squeezed_symbolic_dims(graph_module: torch.fx.GraphModule, node: torc
     sees only a symbolic size it cannot prove 1, and keeps the dim. ``select(d, 0)`` of a dim of size 1 is the
     same tensor without it, so the ONNX graph follows the program's decision. Rewritten only when every
     listed dim that is 1 or symbolic was removed (the output rank says so); returns True when it rewrote.
+    The guard stays the program's: an ONNX graph checks none, so an input outside it (a pooled height of 2)
+    takes row 0 where the torch program would refuse it, as every guard torch.export adds is lost in ONNX.
     """
     aten = torch.ops.aten
     if node.op != "call_function" or node.target not in (aten.squeeze.dim, aten.squeeze.dims):
