@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from exporters.fx_rewrites import replace_node
 from exporters.utils import register_fx_node_fix
@@ -28,34 +29,27 @@ from exporters.utils import register_fx_node_fix
 __all__ = ["LoweringSpecialisedError", "decide_sym_min_max", "empty_as_zeros", "require_dims_kept"]
 
 
-def _bounds(value: Any) -> tuple[Any, Any] | None:
-    """(lower, upper) of an int argument or of a node whose value is a SymInt, from the shape environment's value
-    ranges (which hold the ``Dim`` bounds the export declared); None when it is neither."""
-    if isinstance(value, int):
-        return value, value
-    symbolic = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
-    if not isinstance(symbolic, torch.SymInt):
-        return None
-    ranges = symbolic.node.shape_env.bound_sympy(symbolic.node.expr)
-    return ranges.lower, ranges.upper
+def _value(argument: Any) -> Any:
+    """An argument's value: a node's ``meta["val"]`` (a SymInt for a size), anything else (an int) as it is."""
+    return argument.meta.get("val") if isinstance(argument, torch.fx.Node) else argument
 
 
 def decide_sym_min_max(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Replace ``torch.sym_min(a, b)`` / ``torch.sym_max(a, b)`` by the argument that the bounds prove it is.
 
-    ``min(a, b)`` is ``a`` when ``a``'s upper bound is at most ``b``'s lower bound (and ``b`` the other way round);
-    ``max`` likewise. Exact: the node's value is that argument for every input the program accepts, since the
+    ``min(a, b)`` is ``a`` when ``a <= b`` is statically known from the shape environment's value ranges (and
+    ``b`` the other way round); ``max`` likewise. Exact: the node's value is that argument for every input the program accepts, since the
     program's guards keep every dynamic size inside its declared range. An undecided node (ranges overlap) is
     left as it is, and the verifier still names the failure. Returns True when it replaced ``node``.
     """
     if node.op != "call_function" or node.target not in (torch.sym_min, torch.sym_max) or len(node.args) != 2:
         return False
     first, second = node.args
-    bounds = _bounds(first), _bounds(second)
-    if None in bounds:
+    a, b = _value(first), _value(second)
+    if not all(isinstance(v, (int, torch.SymInt)) for v in (a, b)):
         return False
-    (low_1, high_1), (low_2, high_2) = bounds
-    smaller = first if high_1 <= low_2 else second if high_2 <= low_1 else None
+    # Decided by the shape environment's value ranges, which hold the Dim bounds the export declared.
+    smaller = first if statically_known_true(a <= b) else second if statically_known_true(b <= a) else None
     if smaller is None:
         return False
     larger = second if smaller is first else first
