@@ -144,6 +144,12 @@ def _degenerate(expected: torch.Tensor, atol: float) -> str:
     return ""
 
 
+def _within(first: torch.Tensor, second: torch.Tensor, atol: float, rtol: float) -> torch.Tensor:
+    """Elementwise ``|first - second| <= atol + rtol * |second|``, in float64."""
+    first, second = first.detach().to(torch.float64).cpu(), second.detach().to(torch.float64).cpu()
+    return (first - second).abs() <= atol + rtol * second.abs()
+
+
 def compare_output(name: str, expected: torch.Tensor, actual: Any, atol: float, rtol: float) -> OutputCheck:
     """Compare one output; every element must satisfy ``|a - e| <= atol + rtol * |e|``.
 
@@ -162,7 +168,7 @@ def compare_output(name: str, expected: torch.Tensor, actual: Any, atol: float, 
     diff = (actual_f - expected_f).abs()
     close = torch.where(
         finite,
-        diff <= atol + rtol * expected_f.abs(),  # False for a NaN in actual
+        _within(actual_f, expected_f, atol, rtol),  # False for a NaN in actual
         (actual_f == expected_f) | (actual_f.isnan() & expected_f.isnan()),
     )
     max_diff = diff[finite].max().item() if finite.any() else 0.0
@@ -177,12 +183,6 @@ def compare_output(name: str, expected: torch.Tensor, actual: Any, atol: float, 
     if reason:
         return OutputCheck(name, INCONCLUSIVE, max_diff, eager_max, reason)
     return OutputCheck(name, PASS, max_diff, eager_max)
-
-
-def _within(first: torch.Tensor, second: torch.Tensor, atol: float, rtol: float) -> torch.Tensor:
-    """Elementwise ``|first - second| <= atol + rtol * |second|``, in float64."""
-    first, second = first.detach().to(torch.float64).cpu(), second.detach().to(torch.float64).cpu()
-    return (first - second).abs() <= atol + rtol * second.abs()
 
 
 def eager_not_accurate_enough(
