@@ -262,14 +262,15 @@ def _build(request: ExportRequest, repro_entry: LedgerEntry | None, class_name: 
     """A ledger entry's reproducer as the entry gives it; anything else as the request's options shape it
     (task, sample shapes, dtype: ``exporters.export_options.build_model``)."""
     from exporters.export_options import build_model
-    from exporters.repro import Reproducer, build_reproducer
+    from exporters.repro import Reproducer, build_reproducer, builder_export_options
 
     if repro_entry is not None:
         return build_reproducer(repro_entry, class_name, request.seed)
     options = request.options
     built = build_model(request.model, options, request.seed, options.torch_dtype(request.backend, request.et_backend))
     source = "; ".join(built.notes) or "default tiny model"
-    return Reproducer(None, built.class_name, built.model, built.inputs, seed=request.seed, source=source)
+    return Reproducer(None, built.class_name, built.model, built.inputs, builder_export_options(built.static_dims),
+                      seed=request.seed, source=source)
 
 
 def _failed(

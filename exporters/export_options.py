@@ -277,6 +277,8 @@ class ExportOptions:
         data["rtol"] = getattr(exporter_config, "rtol", self.rtol)
         if backend == "onnx":
             data["opset"] = getattr(exporter_config, "opset_version", self.opset)
+        if getattr(exporter_config, "static_dims", None):  # the builder's, kept static in a dynamic export
+            data["static_dims"] = {name: list(axes) for name, axes in exporter_config.static_dims.items()}
         return data
 
 
@@ -353,6 +355,7 @@ class BuiltModel:
     inputs: dict[str, Any]
     class_name: str
     notes: list[str] = field(default_factory=list)
+    static_dims: dict[str, tuple[int, ...]] = field(default_factory=dict)  # exporters.tiny.TinyModel's
 
 
 def build_model(model: str, options: ExportOptions, seed: int, dtype: torch.dtype) -> BuiltModel:
@@ -366,18 +369,19 @@ def build_model(model: str, options: ExportOptions, seed: int, dtype: torch.dtyp
 
     class_name = resolve_class_name(model, options.task)
     notes: list[str] = []
+    static_dims: dict[str, tuple[int, ...]] = {}
     path = Path(model)
     if not path.is_dir() and not hub.is_hub_id(model):
         tiny = build_tiny(class_name, seed, batch=options.batch_size, sequence=options.sequence_length,
                           image_size=options.image_size)
-        built, inputs = tiny.model, tiny.inputs
+        built, inputs, static_dims = tiny.model, tiny.inputs, tiny.static_dims
     else:
         built, note = load_checkpoint(model, class_name, seed, pretrained=options.pretrained)
         notes.append(note)
         inputs = sample_inputs(built, batch=options.batch_size, sequence=options.sequence_length, seed=seed)
         inputs = options.resized_images(inputs, seed)
     built, inputs = options.cast(built, inputs, dtype)
-    return BuiltModel(built, inputs, class_name, notes)
+    return BuiltModel(built, inputs, class_name, notes, static_dims)
 
 
 def load_checkpoint(model: str, class_name: str, seed: int, pretrained: bool = False) -> tuple[torch.nn.Module, str]:

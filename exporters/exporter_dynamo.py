@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from exporters.tiny import resized_mask
 from exporters.utils import installed_patches, tracking_hits
 from exporters.validation import named_tensors
 
-__all__ = ["DynamoConfig", "DynamoExporter", "register_walked_type", "second_shape_inputs"]
+__all__ = ["DynamoConfig", "DynamoExporter", "register_walked_type", "second_shape_inputs", "without_static_dims"]
 
 
 @dataclass
@@ -55,6 +55,7 @@ class DynamoConfig:
 
     dynamic: bool = False
     dynamic_shapes: Any = None
+    static_dims: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     strict: bool = False
     without: frozenset[str] = frozenset()
     atol: float = 1e-4
@@ -189,13 +190,34 @@ def flat_forward_signature(model: torch.nn.Module, names: list[str]) -> Iterator
 
 # ── Stage 4: Dynamic shapes ──
 # ``dynamic=True`` lets torch.export decide every dimension (Dim.AUTO): dims the model really fixes are
-# specialised, the rest stay symbolic. ``DynamoConfig.dynamic_shapes`` overrides the whole spec.
+# specialised, the rest stay symbolic. ``static_dims`` keeps named input axes out of it: an input that stands
+# for one value per patch (ViTMAE's masking ``noise``) is tied to the image only through the indices it
+# sorts into, which torch.export cannot see, so under Dim.AUTO its axis would be free to move alone.
+# ``DynamoConfig.dynamic_shapes`` overrides the whole spec.
 def dynamic_shapes_for(inputs: Mapping[str, Any], config: DynamoConfig) -> Any:
     if config.dynamic_shapes is not None:
         return config.dynamic_shapes
     if not config.dynamic:
         return None
-    return {name: _auto_spec(value) for name, value in inputs.items()}
+    spec = {name: _auto_spec(value) for name, value in inputs.items()}
+    return without_static_dims(spec, inputs, config.static_dims)
+
+
+def without_static_dims(
+    spec: dict[str, Any], inputs: Mapping[str, Any], static_dims: Mapping[str, Sequence[int]]
+) -> dict[str, Any]:
+    """``spec`` with the ``static_dims`` axes of top-level tensor inputs left out, so they stay static. An
+    input that is not a tensor input, or an axis it does not have, is an error: the caller meant another."""
+    spec = dict(spec)
+    for name, axes in static_dims.items():
+        value = inputs.get(name)
+        if not isinstance(value, torch.Tensor) or any(not 0 <= axis < value.dim() for axis in axes):
+            shape = list(value.shape) if isinstance(value, torch.Tensor) else None
+            raise ValueError(f"static_dims names {name!r} axes {list(axes)}; the inputs have it as {shape}")
+        dims = spec.get(name)
+        if isinstance(dims, dict):
+            spec[name] = {axis: dim for axis, dim in dims.items() if axis not in axes} or None
+    return spec
 
 
 def _auto_spec(value: Any) -> Any:

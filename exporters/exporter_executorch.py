@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from exporters.exporter_dynamo import (
     describe_export,
     dynamic_dim_ranges,
     second_shape_inputs,
+    without_static_dims,
 )
 from exporters.fx_rewrites import (
     count_histc_by_comparison,
@@ -111,6 +112,7 @@ class ExecutorchConfig:
     backend: str = "xnnpack"
     dynamic: bool = False
     dynamic_shapes: Any = None
+    static_dims: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # as DynamoConfig's
     max_batch: int = DEFAULT_MAX_BATCH
     max_sequence: int = DEFAULT_MAX_SEQUENCE
     without: frozenset[str] = frozenset()
@@ -207,7 +209,8 @@ class ExecutorchExporter:
             return self.config.dynamic_shapes
         if not self.config.dynamic:
             return None
-        return bounded_dynamic_shapes(inputs, self.config.max_batch, self.config.max_sequence)
+        spec = bounded_dynamic_shapes(inputs, self.config.max_batch, self.config.max_sequence)
+        return without_static_dims(spec, inputs, self.config.static_dims)
 
 
 def bounded_dynamic_shapes(inputs: Mapping[str, Any], max_batch: int, max_sequence: int) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,7 @@ class OnnxConfig:
 
     dynamic: bool = False
     dynamic_shapes: Any = None
+    static_dims: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # as DynamoConfig's
     optimize: bool = True
     opset_version: int = 20
     without: frozenset[str] = frozenset()
@@ -94,7 +95,8 @@ class OnnxExporter:
         inputs = dict(inputs)
         clock = run.clock
         dynamo = DynamoExporter(DynamoConfig(
-            dynamic=self.config.dynamic, dynamic_shapes=self.config.dynamic_shapes, without=self.config.without))
+            dynamic=self.config.dynamic, dynamic_shapes=self.config.dynamic_shapes,
+            static_dims=self.config.static_dims, without=self.config.without))
         with tracking_hits(run.hits), installed_patches("onnx", self.config.without):
             program = dynamo.export_program(model, inputs, clock)
             with clock("fx node fixes"):

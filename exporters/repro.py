@@ -58,7 +58,8 @@ def build_reproducer(entry: LedgerEntry | None, model_class: str, seed: int = 0)
         raise ReproError(f"entry {entry.id!r} does not list {model_class!r} (it lists {', '.join(entry.models)})")
     if repro is None:
         tiny = build_tiny(model_class, seed)
-        return Reproducer(entry.id if entry else None, model_class, tiny.model, tiny.inputs, seed=seed)
+        return Reproducer(entry.id if entry else None, model_class, tiny.model, tiny.inputs,
+                          builder_export_options(tiny.static_dims), seed=seed)
     seed = seed if repro.seed is None else repro.seed
     options = {k: v for k, v in repro.export.items() if k != "dynamic"}
     if repro.script is not None:
@@ -69,8 +70,15 @@ def build_reproducer(entry: LedgerEntry | None, model_class: str, seed: int = 0)
         batch, sequence = repro.inputs.get("batch", BATCH), repro.inputs.get("sequence", SEQUENCE)
         tiny = build_tiny(model_class, seed, batch=batch, sequence=sequence, config=config)
         model, inputs = tiny.model, _reshaped(entry, tiny.inputs, repro, seed)
+        options = builder_export_options(tiny.static_dims) | options
         source = "tiny model with " + ", ".join(k for k in ("config", "inputs", "export") if getattr(repro, k))
     return Reproducer(entry.id, model_class, model, inputs, options, seed, source)
+
+
+def builder_export_options(static_dims: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    """The export options a tiny model's builder asks for: the axes it knows a dynamic export must keep static
+    (``exporters.tiny_inputs.noise_static_dims``); none for most models."""
+    return {"static_dims": static_dims} if static_dims else {}
 
 
 def exporter_options(reproducer: Reproducer) -> dict[str, Any]:

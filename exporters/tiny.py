@@ -15,13 +15,13 @@ from __future__ import annotations
 import math
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from exporters.tiny_init import fix_initialisation
-from exporters.tiny_inputs import _vision, noise_inputs, sample_inputs
+from exporters.tiny_inputs import _vision, noise_inputs, noise_static_dims, sample_inputs
 from exporters.tiny_masks import padded_mask, padding_side, resized_mask
 from exporters.tiny_shrink import TinyModelError, default_config, model_class, shrink_config
 from exporters.tiny_sizes import (
@@ -80,6 +80,7 @@ __all__ = [
 class TinyModel:
     model: torch.nn.Module
     inputs: dict[str, torch.Tensor]
+    static_dims: dict[str, tuple[int, ...]] = field(default_factory=dict)  # axes a dynamic export keeps static
 
 
 def build_tiny(
@@ -139,6 +140,7 @@ def _build(
     tiny = _features_as_read(tiny, seed)
     tiny = _patches_in_one_sequence(tiny)
     tiny.inputs = noise_inputs(tiny.model, tiny.inputs, seed)
+    tiny.static_dims = noise_static_dims(tiny.inputs)
     fix_initialisation(tiny.model, tiny.inputs, seed)
     return tiny
 

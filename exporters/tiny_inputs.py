@@ -374,6 +374,19 @@ def noise_inputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor], seed: 
     return {**inputs, name: getattr(torch, draw)(shape, generator=generator, dtype=dtype)}
 
 
+def noise_static_dims(inputs: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
+    """The axes past the batch of a masking ``noise`` input, which a dynamic export must keep static.
+
+    ViTMAE and Hiera sort ``noise`` (one value per patch or mask unit) into the indices they keep
+    (``argsort`` then ``gather``): the tie between its length and the image is in the values, so torch.export
+    cannot see it and under Dim.AUTO keeps the length as a symbol of its own, and any other length indexes out
+    of bounds. ``noise_sequence`` (UnivNet: one value per spectrogram frame) is added to the frames, a tie
+    torch.export does see, so it stays dynamic.
+    """
+    noise = inputs.get("noise")
+    return {"noise": tuple(range(1, noise.dim()))} if isinstance(noise, torch.Tensor) and noise.dim() > 1 else {}
+
+
 def _first_draw(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> tuple[str, torch.Size, torch.dtype] | None:
     originals = {name: getattr(torch, name) for name in _DRAWS}
     drawn: list[tuple[str, torch.Size, torch.dtype]] = []

@@ -325,3 +325,34 @@ def test_a_guard_that_divides_by_zero_rejects_the_candidate():
 
     assert exporter_dynamo._passes(guards, {"x": torch.zeros(2, 8)})
     assert not exporter_dynamo._passes(guards, {"x": torch.zeros(2, 12)})
+
+
+class KeepByNoise(torch.nn.Module):
+    """ViTMAE's random_masking: ``noise`` (one value per patch) is sorted into the indices of the patches
+    kept, so its length is tied to the patches only through values, which torch.export cannot see."""
+
+    def forward(self, patches, noise):
+        keep = torch.argsort(noise, dim=1)[:, :2]
+        return torch.gather(patches, 1, keep.unsqueeze(-1).expand(-1, -1, patches.shape[-1]))
+
+
+def test_static_dims_keep_a_tied_axis_static_under_dim_auto():
+    """Was: ViTMAEModel's ONNX dynamic export kept noise's length as a symbol of its own, so the second
+    shape moved it alone and eager itself failed: ``index 16 is out of bounds for dimension 1 with size 16``."""
+    inputs = {"patches": torch.randn(2, 4, 3), "noise": torch.rand(2, 4)}
+    loose = DynamoExporter(DynamoConfig(dynamic=True)).export(KeepByNoise(), inputs)
+    assert "1" in loose.metadata.dynamic_dims["noise"]  # what the builder's static_dims prevent
+    tied = DynamoExporter(DynamoConfig(dynamic=True, static_dims={"noise": (1,)})).export(
+        KeepByNoise(), inputs, validate=True)
+    assert list(tied.metadata.dynamic_dims["noise"]) == ["0"]
+    assert tied.validation.status == "pass" and len(tied.validation.shapes) == 2
+
+
+def test_static_dims_must_name_an_axis_of_a_tensor_input():
+    spec = {"noise": {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO}}
+    inputs = {"noise": torch.rand(2, 4)}
+    assert exporter_dynamo.without_static_dims(spec, inputs, {"noise": (1,)}) == {"noise": {0: torch.export.Dim.AUTO}}
+    with pytest.raises(ValueError, match=r"'noise' axes \[2\]; the inputs have it as \[2, 4\]"):
+        exporter_dynamo.without_static_dims(spec, inputs, {"noise": (2,)})
+    with pytest.raises(ValueError, match="'nosie' axes"):
+        exporter_dynamo.without_static_dims(spec, inputs, {"nosie": (1,)})
