@@ -25,7 +25,7 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import Dim, ExportedProgram
 
-from exporters import pt2_loading  # noqa: F401  (registers the pt2-load patches validation's load installs)
+from exporters import patches_dynamo, pt2_loading  # noqa: F401  (register stage 2's and validation's patches)
 from exporters.base import (
     ExportMetadata,
     ExportResult,
@@ -179,8 +179,8 @@ def flat_forward_signature(model: torch.nn.Module, names: list[str]) -> Iterator
 
 
 # ── Stage 2: Model patches ──
-# ``installed_patches("dynamo", without)`` from exporters.utils; the patches themselves are registered
-# with ``@register_patch("dynamo", ...)`` in exporters/patches_dynamo.py.
+# ``installed_patches("dynamo", without)`` from exporters.utils; the patches themselves (on torch.export's
+# internals) are registered with ``@register_patch("dynamo", ...)`` in exporters/patches_dynamo.py.
 
 
 # ── Stage 3: Pytree registration ──
@@ -265,8 +265,9 @@ def dynamic_dim_ranges(program: ExportedProgram) -> dict[str, dict[str, Any]]:
 def second_shape_inputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
     """Inputs of another size along every symbolic dim the program allows to move.
 
-    Each free symbol, in turn, takes the nearest size within its range (1..8, 16 or 32 up, else down) that
-    passes the program's own guards; dims that are expressions of symbols (``2*s0``) follow. torch.export
+    Each free symbol, in turn, takes the nearest size within its range (1..8, 16 or 32 up, else down, else
+    twice its own: an audio length that must stay a whole number of 320-sample hops) that passes the
+    program's own guards; dims that are expressions of symbols (``2*s0``) follow. torch.export
     records the divisibility it relied on as guards (a Swin backbone's ``width % 4 == 0`` and more), and
     inputs violating them would compare the artifact outside the shapes it was exported for; a symbol no
     other size satisfies stays put. Values keep the originals' character: padded attention masks stay padded
@@ -291,6 +292,7 @@ def second_shape_inputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> 
         steps = (*range(1, 9), 16, 32)
         candidates = [hint + d for d in steps if upper is None or hint + d <= upper]
         candidates += [hint - d for d in steps if hint - d >= max(lower, 2)]
+        candidates += [2 * hint] if upper is None or 2 * hint <= upper else []
         for size in candidates:
             trial = _moved_inputs(inputs, sizes, moved | {symbol: size})
             if guards is None or _passes(guards, trial):
