@@ -75,6 +75,9 @@ class ExportOutcome:
     # The axes each input kept dynamic in the artifact ({} for a static export): a dynamic export whose dims
     # were all specialised ran at the sample shape only, and a reader must be able to tell it from one that moved.
     dynamic_dims: dict[str, list[int]] = field(default_factory=dict)
+    # Of those, the axes the second validated shape left at the sample's size: no other size within reach
+    # passed the program's guards, so the artifact was compared there at one size only (``unmoved_dims``).
+    unmoved_dims: dict[str, list[int]] = field(default_factory=dict)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)  # what this process ran with, failed or not
     files: dict[str, str] = field(default_factory=dict)
@@ -232,6 +235,7 @@ def _build_export_validate(
         if report is not None:
             outcome.status = report.status
             outcome.max_abs_diff = report.max_abs_diff
+            outcome.unmoved_dims = unmoved_dims(outcome.dynamic_dims, report)
             if not report.passed:
                 outcome.error = "; ".join(report.problems()[:5]) or "no output tensor to compare"
                 outcome.failed_stage = "validating"
@@ -244,6 +248,22 @@ def _build_export_validate(
         _failed(outcome, FAILED, error, started, request, stages.failed)
         return None
     return report
+
+
+def unmoved_dims(dynamic_dims: dict[str, list[int]], report: Any) -> dict[str, list[int]]:
+    """The dynamic axes whose size is the same at the first two validated shapes ({} when there is no second).
+
+    XcodecModel's samples axis stays symbolic, but its guards admit only the sample's 1,600 (its frame count
+    is tied to 5), so the second shape moves the batch alone: the record must not read as "validated dynamic
+    along the samples"."""
+    if report is None or len(report.shapes) < 2:
+        return {}
+    first, second = report.shapes[0].input_shapes, report.shapes[1].input_shapes
+    unmoved = {
+        name: [axis for axis in axes if name in first and name in second and first[name][axis] == second[name][axis]]
+        for name, axes in dynamic_dims.items()
+    }
+    return {name: axes for name, axes in unmoved.items() if axes}
 
 
 def save_bundle(result: Any, out_dir: Path, validate: bool) -> tuple[Any, dict[str, str]]:

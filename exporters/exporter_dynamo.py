@@ -269,8 +269,9 @@ def second_shape_inputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> 
     twice its own: an audio length that must stay a whole number of 320-sample hops) that passes the
     program's own guards; dims that are expressions of symbols (``2*s0``) follow. torch.export
     records the divisibility it relied on as guards (a Swin backbone's ``width % 4 == 0`` and more), and
-    inputs violating them would compare the artifact outside the shapes it was exported for; a symbol no
-    other size satisfies stays put. Values keep the originals' character: padded attention masks stay padded
+    inputs violating them would compare the artifact outside the shapes it was exported for. A symbol that
+    cannot move alone moves with the unmoved symbols of its sample size; one no other size satisfies stays
+    put (the sweep record's ``unmoved_dims``). Values keep the originals' character: padded attention masks stay padded
     (same side, same rows), constant tensors stay constant, integer tensors repeat the originals' rows (ids
     stay in range, boxes stay boxes), floats keep mean and spread. Returns None when the program has no
     symbolic dim.
@@ -286,6 +287,8 @@ def second_shape_inputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> 
     guards = getattr(program.module(), "_guards_fn", None)
     moved = dict(hints)
     for symbol, hint in hints.items():
+        if moved[symbol] != hint:
+            continue  # moved with another symbol
         bounds = program.range_constraints.get(symbol)
         lower = int(bounds.lower) if bounds is not None and isinstance(bounds.lower, sympy.Integer) else 2
         upper = int(bounds.upper) if bounds is not None and isinstance(bounds.upper, sympy.Integer) else None
@@ -293,10 +296,15 @@ def second_shape_inputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> 
         candidates = [hint + d for d in steps if upper is None or hint + d <= upper]
         candidates += [hint - d for d in steps if hint - d >= max(lower, 2)]
         candidates += [2 * hint] if upper is None or 2 * hint <= upper else []
-        for size in candidates:
-            trial = _moved_inputs(inputs, sizes, moved | {symbol: size})
-            if guards is None or _passes(guards, trial):
-                moved[symbol] = size
+        # Alone first; then with every symbol of the same sample size not moved yet: two named dims the model
+        # ties (``input_ids`` and ``attention_mask`` lengths, each its own ``Dim``) stay two symbols equal by
+        # a guard, and neither can move without the other.
+        together = {s for s, h in hints.items() if h == hint and moved[s] == h}
+        for group in ({symbol}, together):
+            size = next((size for size in candidates if guards is None or _passes(
+                guards, _moved_inputs(inputs, sizes, moved | dict.fromkeys(group, size)))), None)
+            if size is not None:
+                moved |= dict.fromkeys(group, size)
                 break
     return _moved_inputs(inputs, sizes, moved)
 

@@ -119,6 +119,7 @@ def test_custom_dynamic_dims_from_the_help_example(tmp_path: Path):
                  "attention_mask:1:2:32", "--json", "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["dynamic_dims"] == {"input_ids": [1], "attention_mask": [1]}  # as sweeps record
+    assert json.loads(result.stdout)["unmoved_dims"] == {}  # the second shape moved both
     data = summary(tmp_path)
     dims = data["metadata"]["dynamic_dims"]["input_ids"]
     assert list(dims) == ["1"] and (dims["1"]["min"], dims["1"]["max"]) == (2, 32)  # the batch stays static

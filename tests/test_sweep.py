@@ -369,13 +369,32 @@ def test_coverage_says_which_dynamic_passes_kept_no_dynamic_dim() -> None:
     records = [
         {"model": "Moves", "backend": "onnx", "mode": "dynamic", "status": "pass", "dynamic_dims": {"x": [0, 1]}},
         {"model": "Specialised", "backend": "onnx", "mode": "dynamic", "status": "pass", "dynamic_dims": {}},
+        {"model": "Guarded", "backend": "onnx", "mode": "dynamic", "status": "pass", "dynamic_dims": {"x": [0, 2]},
+         "unmoved_dims": {"x": [2]}},
         {"model": "Older", "backend": "onnx", "mode": "dynamic", "status": "pass"},
         {"model": "Failed", "backend": "onnx", "mode": "dynamic", "status": "failed", "dynamic_dims": {}},
         {"model": "Static", "backend": "onnx", "mode": "static", "status": "pass", "dynamic_dims": {}},
     ]
-    assert ("Dynamic passes whose record names the dims kept dynamic: 2 of 3 (records made before 2026-12-02 do "
+    assert ("Dynamic passes whose record names the dims kept dynamic: 3 of 4 (records made before 2026-12-02 do "
             "not); 1 of them kept none, every dim specialised by torch.export, and were validated at the sample "
-            "shape only: Specialised.") in coverage_markdown(records, "exportbot sweep coverage x --out y")
+            "shape only: Specialised; 1 kept a dim that the second shape left at the sample's size, because the "
+            "program's guards admit no other size within reach: Guarded.") in coverage_markdown(
+        records, "exportbot sweep coverage x --out y")
+
+
+def test_unmoved_dims_are_the_dynamic_axes_the_second_shape_left_at_the_samples_size() -> None:
+    from types import SimpleNamespace
+
+    from bot.runner import unmoved_dims
+
+    def shape(**sizes):
+        return SimpleNamespace(input_shapes=sizes)
+
+    dims = {"input_values": [0, 2], "mask": [0]}
+    report = SimpleNamespace(shapes=[shape(input_values=[2, 1, 1600], mask=[2]), shape(input_values=[3, 1, 1600],
+                                                                                       mask=[3])])
+    assert unmoved_dims(dims, report) == {"input_values": [2]}
+    assert unmoved_dims(dims, SimpleNamespace(shapes=report.shapes[:1])) == {}  # no second shape: nothing told
 
 
 def test_warm_fork_sweep_records_passes_skips_and_a_segfault(

@@ -213,17 +213,24 @@ def _exporter_line(records: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _specialised_line(records: Sequence[Mapping[str, Any]]) -> str:
-    """How many dynamic passes say which dims stayed dynamic, and how many of those kept none: such a pass was
-    validated at the sample shape only, so it shows the export works, not that it is dynamic."""
+    """How many dynamic passes say which dims stayed dynamic, how many of those kept none (validated at the
+    sample shape only: it shows the export works, not that it is dynamic), and how many kept a dim the second
+    shape could not move (the program's guards admit no other size within reach: one size checked there)."""
     passes = [r for r in records if r["mode"] == "dynamic" and r["status"] == PASS]
     told = [r for r in passes if "dynamic_dims" in r]
     static = sorted(r["model"] for r in told if not r["dynamic_dims"])
-    named = f": {', '.join(static[:8])}{' …' if len(static) > 8 else ''}" if static else ""
+    unmoved = sorted(r["model"] for r in told if r.get("unmoved_dims"))
     return (
         f"Dynamic passes whose record names the dims kept dynamic: {len(told)} of {len(passes)} (records made "
         f"before 2026-12-02 do not); {len(static)} of them kept none, every dim specialised by torch.export, and "
-        f"were validated at the sample shape only{named}."
+        f"were validated at the sample shape only{_named(static)}; {len(unmoved)} kept a dim that the second "
+        f"shape left at the sample's size, because the program's guards admit no other size within reach"
+        f"{_named(unmoved)}."
     )
+
+
+def _named(models: Sequence[str]) -> str:
+    return f": {', '.join(models[:8])}{' …' if len(models) > 8 else ''}" if models else ""
 
 
 def generation_markdown(records: Sequence[Mapping[str, Any]]) -> list[str]:
