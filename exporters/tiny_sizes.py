@@ -74,6 +74,9 @@ _FIXED: dict[str, Any] = {
     "vocab_size": lambda old: min(old, VOCAB) if isinstance(old, int) else old,
     # Gemma 3n / 4 per-layer embeddings read the same token ids: 262,144 rows were 1.6 GB of a "tiny" model.
     "vocab_size_per_layer_input": lambda old: min(old, VOCAB) if isinstance(old, int) else old,
+    # The PP-OCR recognisers' CTC character set: a softmax over 18,385 characters gives every probability about
+    # 5e-5, below atol 1e-4, so no comparison of the output could fail (inconclusive: "eager output is near zero").
+    "head_out_channels": lambda old: min(old, VOCAB) if isinstance(old, int) else old,
     "num_labels": lambda old: 3,
     "num_mel_bins": lambda old: 16 if isinstance(old, int) else old,
     "initializer_range": lambda old: 0.1 if isinstance(old, float) else old,
