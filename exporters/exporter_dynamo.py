@@ -300,7 +300,7 @@ def second_shape_inputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> 
         # ties (``input_ids`` and ``attention_mask`` lengths, each its own ``Dim``) stay two symbols equal by
         # a guard, and neither can move without the other.
         together = {s for s, h in hints.items() if h == hint and moved[s] == h}
-        for group in ({symbol}, together):
+        for group in [{symbol}] + ([together] if together != {symbol} else []):
             size = next((size for size in candidates if guards is None or _passes(
                 guards, _moved_inputs(inputs, sizes, moved | dict.fromkeys(group, size)))), None)
             if size is not None:
