@@ -33,7 +33,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 
-from exporters import (  # noqa: F401  (register lowering speed patches, op and symbolic-op fixes)
+from exporters import (  # noqa: F401  (register lowering speed patches, op, Core ATen and symbolic-op fixes)
+    executorch_core_aten,
     executorch_lowering,
     executorch_ops,
     executorch_symbolic,
@@ -50,9 +51,7 @@ from exporters.exporter_dynamo import (
     without_static_dims,
 )
 from exporters.fx_rewrites import (
-    count_histc_by_comparison,
-    drop_assertion_only_chain,
-    drop_tensor_check,
+    fourier_transform_as_matmuls,
     make_reshape_input_contiguous,
     reduce_max_dim_as_pooling,
     spell_out_tanh_gelu,
@@ -478,6 +477,24 @@ def apply_program_fixes(program: ExportedProgram) -> None:
 
 
 @register_fx_program_fix(
+    "executorch", upstream="https://github.com/pytorch/pytorch/issues/158113", dependency="executorch"
+)
+def _fix_fft_not_core_aten(program: ExportedProgram) -> bool:
+    """Compute ``torch.fft.fft``/``fftn`` over static dims as real DFT matmuls: ``_fft_c2c`` is not Core ATen.
+
+    FNet mixes tokens with ``torch.fft.fftn(hidden_states, dim=(1, 2)).real`` (modeling_fnet.py); ExecuTorch's
+    edge verifier rejects the decomposed ``Operator torch._ops.aten._fft_c2c.default is not in Core ATen opset``
+    (pytorch/executorch#1362 for the r2c variant), and no ExecuTorch kernel takes complex values
+    (pytorch/executorch#11404). ``exporters.fx_rewrites.fourier_transform_as_matmuls`` leaves a complex pair that
+    ``_fix_complex_rotary_for_executorch``, registered after this fix, carries on as reals.
+    """
+    graph_module = program.graph_module
+    rewritten = sum(fourier_transform_as_matmuls(graph_module, node) for node in list(graph_module.graph.nodes))
+    graph_module.recompile()
+    return rewritten > 0
+
+
+@register_fx_program_fix(
     "executorch", upstream="https://github.com/pytorch/executorch/issues/11404", dependency="executorch"
 )
 def _fix_complex_rotary_for_executorch(program: ExportedProgram) -> bool:
@@ -485,14 +502,17 @@ def _fix_complex_rotary_for_executorch(program: ExportedProgram) -> bool:
 
     ExecuTorch's kernels and delegates have no complex dtype (pytorch/executorch#11404, portable complex
     support), so Llama 4's and DeepSeek-V2's ``view_as_complex(q) * polar(1, angle)`` cannot run. The product
-    is a rotation of (x0, x1) pairs; ``exporters.fx_rewrites.split_complex_arithmetic`` writes it with real ops.
+    is a rotation of (x0, x1) pairs; ``exporters.fx_rewrites.split_complex_arithmetic`` writes it with real ops,
+    and so it does for the complex pairs ``_fix_fft_not_core_aten`` leaves (FNet's ``.real`` of an FFT).
     """
     return split_complex_arithmetic(program.graph_module, program) > 0
 
 
 # ── Stage 5: FX node fixes ──
 # ``@register_fx_node_fix("executorch")`` on ``fix(graph_module, node) -> bool`` for single nodes that the
-# lowering (its decompositions, the edge verifier, a partitioner) cannot take as traced;
+# lowering (its decompositions, the edge verifier, a partitioner) cannot take as traced (those for operators
+# outside the Core ATen opset are in ``exporters.executorch_core_aten``, for operators without a portable
+# kernel in ``exporters.executorch_ops``);
 # ``@register_fx_node_fix("executorch.<backend>")`` for fixes that only one backend needs.
 def apply_node_fixes(program: ExportedProgram, backend: str) -> int:
     common = apply_fx_node_fixes(program.graph_module, "executorch")
@@ -509,50 +529,6 @@ def _fix_strided_reshape_input(graph_module: torch.fx.GraphModule, node: torch.f
     ``contiguous`` first pins the layout, which is what eager's reshape of a strided tensor does anyway.
     """
     return make_reshape_input_contiguous(graph_module, node)
-
-
-@register_fx_node_fix("executorch", upstream="https://github.com/pytorch/pytorch/issues/158113", dependency="executorch")
-def _fix_histc_not_core_aten(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Count ``histc`` bins with compares and a sum: ``aten.histc`` is not in the Core ATen opset.
-
-    Mixture-of-experts routers count tokens per expert with ``torch.histc(expert_ids, bins=num_experts, min=0,
-    max=num_experts - 1)`` (transformers' grouped-mm experts, every MoE family that uses them, and the aux-loss
-    helpers); ExecuTorch's edge verifier rejects it with ``Operator torch._ops.aten.histc.default is not in Core
-    ATen opset`` and ExecuTorch has no decomposition for it. The rewrite bins exactly as ATen's CPU kernel does.
-    """
-    return count_histc_by_comparison(graph_module, node)
-
-
-@register_fx_node_fix("executorch", upstream="https://github.com/pytorch/pytorch/issues/158113", dependency="executorch")
-def _fix_tensor_check_not_core_aten(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Drop traced ``torch._check_tensor_all`` assertions: ``aten._is_all_true`` is not in the Core ATen opset.
-
-    transformers' ``torch_compilable_check(tensor_cond, ...)`` (Llava's check that the image placeholders match
-    the image features, in every vision-language prefill) traces to ``_is_all_true`` → ``item`` → ``sym_ite`` →
-    ``_assert_scalar``; ExecuTorch's edge verifier rejects it with ``Operator
-    torch._ops.aten._is_all_true.default is not in Core ATen opset`` (and ``sym_ite`` after it). The chain only
-    raises on inputs the model refuses, computes no value, and torch.onnx drops the same assertion (the ONNX
-    twin, ``_aten_is_all_true``, only has to translate the op).
-    """
-    return drop_tensor_check(graph_module, node)
-
-
-@register_fx_node_fix("executorch", upstream="https://github.com/pytorch/pytorch/issues/158113", dependency="executorch")
-def _fix_unique_consecutive_check_not_core_aten(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Drop a ``unique_consecutive`` that only feeds runtime assertions: it is not in the Core ATen opset.
-
-    The BART-style sequence-classification heads (BART, mBART, PLBart, MVP, BigBirdPegasus, T5, mT5, UMT5)
-    check that every row has as many EOS tokens with ``torch_compilable_check(torch.unique_consecutive(
-    eos_mask.sum(1)).numel() == 1)``; traced, that is ``unique_consecutive`` → ``sym_size`` (unbacked) →
-    ``_assert_scalar``. ExecuTorch's edge verifier rejects the op (``Operator
-    torch._ops.aten.unique_consecutive.default is not in Core ATen opset``) although its own
-    ``RemoveGraphAssertsPass`` deletes the assertion, and with it the op's last use, in ``to_executorch``
-    anyway; torch.onnx drops the same assertion before translating. Only chains that end in assertions are
-    removed, so a ``unique_consecutive`` whose values the model uses still fails loudly.
-    """
-    if node.op != "call_function" or node.target is not torch.ops.aten.unique_consecutive.default:
-        return False
-    return drop_assertion_only_chain(graph_module, node)
 
 
 @register_fx_node_fix(

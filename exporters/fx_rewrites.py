@@ -119,6 +119,27 @@ def count_histc_by_comparison(graph_module: torch.fx.GraphModule, node: torch.fx
     return replace_node(graph_module, node, counts)
 
 
+def count_bucketize_by_comparison(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Replace ``aten.bucketize(x, boundaries, right=...)`` over 1-D boundaries by a count of comparisons.
+
+    The bucket of ``x`` is the number of boundaries below it: ``boundaries < x`` with ``right=False`` (buckets
+    closed on the right), ``boundaries <= x`` with ``right=True``; summing the broadcast comparison over the
+    boundary axis gives exactly ATen's index for sorted boundaries, as ``int32`` when ``out_int32``. A NaN ``x``
+    compares false everywhere (bucket 0, where ATen's binary search puts it last); the position tables this is
+    for hold no NaN. Returns True when it rewrote ``node``.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten.bucketize.Tensor:
+        return False
+    source, boundaries = node.args[0], node.args[1]
+    if not isinstance(boundaries, torch.fx.Node) or boundaries.meta["val"].dim() != 1:
+        return False
+    right, out_int32 = _argument(node, 3, "right", False), _argument(node, 2, "out_int32", False)
+    aten, emit = torch.ops.aten, emitter(graph_module, node)
+    below = emit(aten.le.Tensor if right else aten.lt.Tensor, boundaries, emit(aten.unsqueeze.default, source, -1))
+    counts = emit(aten.sum.dim_IntList, below, [-1], dtype=torch.int32 if out_int32 else torch.int64)
+    return replace_node(graph_module, node, counts)
+
+
 def reduce_max_dim_as_pooling(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Write ``aten.max.dim(x, d, keepdim)`` on a 4-D ``x`` as ``max.dim(x', 3 or 2, keepdim=True)`` and reshapes.
 
@@ -266,6 +287,8 @@ def _complex_rules() -> dict[Any, Callable[..., Any]]:
         aten.polar.default: polar,
         aten.view_as_complex.default: lambda emit, pair, node: node.args[0],
         aten.view_as_real.default: lambda emit, pair, node: pair(node.args[0]),
+        aten.real.default: lambda emit, pair, node: emit(aten.select.int, pair(node.args[0]), -1, 0),
+        aten.imag.default: lambda emit, pair, node: emit(aten.select.int, pair(node.args[0]), -1, 1),
         aten.mul.Tensor: mul,
         aten.add.Tensor: add_like,
         aten.sub.Tensor: add_like,
@@ -286,6 +309,74 @@ def _complex_rules() -> dict[Any, Callable[..., Any]]:
         aten.to.device: same_op,
         aten._to_copy.default: same_op,
     }
+
+
+_FOURIER_TRANSFORMS = {  # aten fft op → (forward?, takes a list of dims?)
+    torch.ops.aten.fft_fft.default: (True, False),
+    torch.ops.aten.fft_ifft.default: (False, False),
+    torch.ops.aten.fft_fftn.default: (True, True),
+    torch.ops.aten.fft_ifftn.default: (False, True),
+}
+_FOURIER_SCALE = {  # (norm, forward?) → exponent e of the factor size**-e
+    ("backward", True): 0.0, ("backward", False): 1.0, ("ortho", True): 0.5, ("ortho", False): 0.5,
+    ("forward", True): 1.0, ("forward", False): 0.0,
+}
+
+
+def fourier_transform_as_matmuls(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write ``torch.fft.fft``/``fftn`` (and their inverses) over dims of static size as real DFT matmuls.
+
+    Along a dim of size N the DFT is a product with the N×N matrix exp(∓2πi·jk/N): with C = cos(2π·jk/N) and
+    S = sin(2π·jk/N) (symmetric), the forward transform of a + ib is (C·a + S·b) + i(C·b − S·a), the inverse
+    flips the sign of S; ``norm`` scales each dim by 1, 1/√N or 1/N. The tables are built in the graph from
+    ``arange`` (jk reduced mod N first, so large products keep their precision). The result is
+    ``view_as_complex`` of the (..., 2) pair, which ``split_complex_arithmetic`` then carries on as reals.
+    Only ``s``/``n`` left at None (no padding or cropping) and float inputs; returns True when it rewrote.
+    """
+    if node.op != "call_function" or node.target not in _FOURIER_TRANSFORMS:
+        return False
+    forward, takes_dims = _FOURIER_TRANSFORMS[node.target]
+    source, value = node.args[0], node.args[0].meta["val"]
+    dims = _argument(node, 2, "dim", None if takes_dims else -1)
+    dims = list(range(value.dim())) if dims is None else (list(dims) if takes_dims else [dims])
+    sizes = [value.shape[d] for d in dims]
+    norm = _argument(node, 3, "norm", None) or "backward"
+    real_dtype = _REAL_OF.get(value.dtype, value.dtype)
+    if _argument(node, 1, "s" if takes_dims else "n", None) is not None or real_dtype not in (torch.float32, torch.float64):
+        return False
+    if not dims or not all(isinstance(size, int) for size in sizes):
+        return False
+    aten, emit = torch.ops.aten, emitter(graph_module, node)
+    real, imaginary = source, None
+    if value.dtype.is_complex:
+        pair = emit(aten.view_as_real.default, source)
+        real, imaginary = emit(aten.select.int, pair, -1, 0), emit(aten.select.int, pair, -1, 1)
+    for dim, size in zip(dims, sizes, strict=True):
+        # exp(∓2πi·jk/N) = C ∓ iS: the inverse's +iS is the forward's with S negated.
+        cosine, sine = _dft_tables(emit, size, size ** -_FOURIER_SCALE[norm, forward], 1 if forward else -1, real_dtype, value.device)
+
+        def along(x: torch.fx.Node, table: torch.fx.Node, dim: int = dim) -> torch.fx.Node:
+            product = emit(aten.matmul.default, emit(aten.transpose.int, x, dim, -1), table)
+            return emit(aten.transpose.int, product, dim, -1)
+
+        new_real, new_imaginary = along(real, cosine), emit(aten.neg.default, along(real, sine))
+        if imaginary is not None:
+            new_real = emit(aten.add.Tensor, new_real, along(imaginary, sine))
+            new_imaginary = emit(aten.add.Tensor, new_imaginary, along(imaginary, cosine))
+        real, imaginary = new_real, new_imaginary
+    result = emit(aten.view_as_complex.default, emit(aten.stack.default, [real, imaginary], -1))
+    return replace_node(graph_module, node, result)
+
+
+def _dft_tables(emit: Callable, size: int, scale: float, sine_sign: int, dtype: torch.dtype, device: torch.device) -> tuple[Any, Any]:
+    """``scale``·cos and ``sine_sign``·``scale``·sin of 2π·jk/N for j, k < N, as graph nodes."""
+    aten = torch.ops.aten
+    index = emit(aten.arange.default, size, dtype=torch.int64, device=device)
+    products = emit(aten.mul.Tensor, emit(aten.unsqueeze.default, index, 1), emit(aten.unsqueeze.default, index, 0))
+    turns = emit(aten._to_copy.default, emit(aten.remainder.Scalar, products, size), dtype=dtype)
+    angle = emit(aten.mul.Tensor, turns, 2 * math.pi / size)
+    cosine = emit(aten.mul.Tensor, emit(aten.cos.default, angle), scale)
+    return cosine, emit(aten.mul.Tensor, emit(aten.sin.default, angle), sine_sign * scale)
 
 
 def _complex_constants(program: Any) -> dict[str, tuple[dict[str, Any], str]]:

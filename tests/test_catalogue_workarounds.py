@@ -1,5 +1,5 @@
-"""The backend workarounds the whole-catalogue sweep called for: ``histc`` and MoE experts on ExecuTorch, complex
-rotary embeddings and vmap-built attention masks on ONNX and ExecuTorch.
+"""The backend workarounds the whole-catalogue sweep called for: ``histc``, ``bucketize``, FFTs and MoE experts on ExecuTorch,
+complex rotary embeddings and vmap-built attention masks on ONNX and ExecuTorch.
 
 Each test exports with the workaround and shows the real backend error without it (``without=``). The models are
 small modules that repeat the transformers construct (so the default suite lowers little), except for the vmap
@@ -19,12 +19,19 @@ from exporters.base import StageClock
 from exporters.exporter_dynamo import DynamoConfig, DynamoExporter
 from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
 from exporters.exporter_onnx import OnnxConfig, OnnxExporter
-from exporters.fx_rewrites import count_histc_by_comparison, split_complex_arithmetic
+from exporters.fx_rewrites import (
+    count_bucketize_by_comparison,
+    count_histc_by_comparison,
+    fourier_transform_as_matmuls,
+    split_complex_arithmetic,
+)
 from exporters.tiny import build_tiny
 from exporters.utils import all_workarounds
 
 NEW_WORKAROUNDS = {
     "_fix_histc_not_core_aten": "executorch",
+    "_fix_bucketize_not_core_aten": "executorch",
+    "_fix_fft_not_core_aten": "executorch",
     "_fix_tensor_check_not_core_aten": "executorch",
     "_patch_moe_experts_batched_mm": "executorch",
     "_fix_complex_rotary_for_executorch": "executorch",
@@ -79,6 +86,46 @@ def test_executorch_needs_histc_counted_by_compares(executorch_needs):
         model, inputs, "_fix_histc_not_core_aten", r"aten\.histc\.default is not in Core ATen opset"
     )
     assert fixed.metadata.workarounds_fired["_fix_histc_not_core_aten"] == 2
+    assert max(fixed.validation.max_abs_diff.values()) == 0.0
+
+
+# ── bucketize ──
+class PatchBuckets(torch.nn.Module):
+    """Idefics3's vision position ids: fractional patch coordinates bucketed against a 1-D boundary table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("boundaries", torch.arange(1 / 4, 1.0, 1 / 4), persistent=False)
+
+    def forward(self, coords: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        right = torch.bucketize(coords, self.boundaries, right=True)
+        return right * 4 + torch.bucketize(coords, self.boundaries), torch.bucketize(coords, self.boundaries, out_int32=True)
+
+
+def bucket_inputs() -> dict[str, torch.Tensor]:
+    coords = torch.rand(2, 7)
+    coords[0, :5] = torch.tensor([0.0, 0.25, 0.5, 0.75, 0.9999])  # on the boundaries: where right= decides
+    return {"coords": coords}
+
+
+def test_bucketize_rewrite_buckets_exactly_like_aten():
+    torch.manual_seed(0)
+    inputs = bucket_inputs()
+    program = torch.export.export(PatchBuckets(), (inputs["coords"],))
+    rewritten = sum(count_bucketize_by_comparison(program.graph_module, node) for node in list(program.graph.nodes))
+    program.graph_module.recompile()
+    assert rewritten == 3
+    assert "bucketize" not in program.graph_module.code
+    for got, expected in zip(program.module()(inputs["coords"]), PatchBuckets()(inputs["coords"]), strict=True):
+        assert got.dtype == expected.dtype and torch.equal(got, expected)
+
+
+def test_executorch_needs_bucketize_counted_by_compares(executorch_needs):
+    torch.manual_seed(0)
+    fixed = executorch_needs(
+        PatchBuckets(), bucket_inputs(), "_fix_bucketize_not_core_aten", r"aten\.bucketize\.Tensor is not in Core ATen opset"
+    )
+    assert fixed.metadata.workarounds_fired["_fix_bucketize_not_core_aten"] == 3
     assert max(fixed.validation.max_abs_diff.values()) == 0.0
 
 
@@ -181,6 +228,54 @@ def test_executorch_needs_complex_rotary_as_real_pairs():
     without = ExecutorchConfig(without=frozenset({"_fix_complex_rotary_for_executorch"}))
     with pytest.raises(Exception, match=r"(?i)complex"):
         ExecutorchExporter(without).export(model, inputs).validate()
+
+
+# ── Fourier transforms ──
+class FourierMixing(torch.nn.Module):
+    """FNet's token mixing, ``fftn(h, dim=(1, 2)).real``, and the other transforms the rewrite takes."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        spectrum = torch.fft.fftn(x)  # complex input of the inverse below; every dim
+        return (
+            torch.fft.fftn(x, dim=(1, 2)).real,
+            torch.fft.fft(x, norm="ortho").imag,
+            torch.view_as_real(torch.fft.ifftn(spectrum * 0.5, dim=(0, 2), norm="forward")),
+            torch.fft.ifft(x, dim=1).real,
+        )
+
+
+def test_fourier_rewrite_matches_torch_fft():
+    """Forward and inverse, real and complex inputs, each norm: the real-only graph keeps torch.fft's values."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 32)
+    program = torch.export.export(FourierMixing(), (x,))
+    assert sum(fourier_transform_as_matmuls(program.graph_module, node) for node in list(program.graph.nodes)) == 5
+    assert split_complex_arithmetic(program.graph_module, program) > 0
+    assert not any(_is_complex_node(node) for node in program.graph.nodes)
+    for got, expected in zip(program.module()(x), FourierMixing()(x), strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
+
+
+def _is_complex_node(node: torch.fx.Node) -> bool:
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and value.dtype.is_complex
+
+
+class FNetMixer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.fft.fftn(self.proj(x), dim=(1, 2)).real
+
+
+def test_executorch_needs_fft_as_matmuls(executorch_needs):
+    torch.manual_seed(0)
+    fixed = executorch_needs(
+        FNetMixer(), {"x": torch.randn(2, 8, 16)}, "_fix_fft_not_core_aten", r"aten\._fft_c2c\.default is not in Core ATen opset"
+    )
+    assert fixed.metadata.workarounds_fired["_fix_complex_rotary_for_executorch"] == 1  # it carried the pair on
 
 
 # ── vmap-built attention masks ──
