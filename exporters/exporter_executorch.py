@@ -53,6 +53,7 @@ from exporters.exporter_dynamo import (
 from exporters.fx_rewrites import (
     fourier_transform_as_matmuls,
     make_reshape_input_contiguous,
+    make_view_of_permutation_contiguous,
     reduce_max_dim_as_pooling,
     spell_out_tanh_gelu,
     split_complex_arithmetic,
@@ -526,9 +527,12 @@ def _fix_strided_reshape_input(graph_module: torch.fx.GraphModule, node: torch.f
     The lowering decomposes SDPA again, into a kernel whose output has another memory layout than the traced
     one; a reshape after it then yields a strided view, and the ``view`` traced after that (GPT-2's
     ``Conv1D``: ``x.view(-1, x.size(-1))``) fails with ``Cannot view a tensor with shape ... and strides``.
-    ``contiguous`` first pins the layout, which is what eager's reshape of a strided tensor does anyway.
+    ``contiguous`` first pins the layout, which is what eager's reshape of a strided tensor does anyway. That
+    changes the layout downstream: Afmoe reshapes SDPA's strided output to its own shape, transposes it back
+    and ``view``s it (modeling_afmoe.py:382), valid only in the traced layout, so a view of a transpose or
+    permute gets its own ``contiguous`` too (``make_view_of_permutation_contiguous``).
     """
-    return make_reshape_input_contiguous(graph_module, node)
+    return make_reshape_input_contiguous(graph_module, node) or make_view_of_permutation_contiguous(graph_module, node)
 
 
 @register_fx_node_fix(

@@ -34,6 +34,24 @@ def make_reshape_input_contiguous(graph_module: torch.fx.GraphModule, node: torc
     return True
 
 
+def make_view_of_permutation_contiguous(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Insert ``contiguous`` before an ``aten.view`` of a ``transpose`` or ``permute``.
+
+    Such a view is valid at trace time only because the permuted tensor's producer laid it out so that the
+    permutation is contiguous again (SDPA's output, transposed back). Once a backend changes that layout, by
+    re-decomposing the producer or by a ``contiguous`` inserted upstream, the view fails with ``Cannot view a
+    tensor with shape ... and strides``. ``contiguous`` first makes the view valid for any layout, at the cost
+    of a copy where the layout already was contiguous. Returns True when it rewrote ``node``.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten.view.default:
+        return False
+    source = node.args[0]
+    if not isinstance(source, torch.fx.Node) or source.target not in (torch.ops.aten.transpose.int, torch.ops.aten.permute.default):
+        return False
+    feed_contiguous(graph_module, node, source)
+    return True
+
+
 def feed_contiguous(graph_module: torch.fx.GraphModule, node: torch.fx.Node, source: torch.fx.Node) -> None:
     """Route ``node``'s input ``source`` through a new ``aten.contiguous`` node (same values, dense layout)."""
     with graph_module.graph.inserting_before(node):

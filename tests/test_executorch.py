@@ -89,6 +89,29 @@ def test_gpt2_needs_the_strided_reshape_fix_and_it_fires(executorch_needs):
     executorch_needs(tiny.model, tiny.inputs, "_fix_strided_reshape_input", "Cannot view a tensor with shape")
 
 
+class AfmoeAttentionTail(torch.nn.Module):
+    """Afmoe's attention tail: SDPA's strided output reshaped to its own shape, transposed back and viewed."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(32, 32) for _ in range(3))
+
+    def forward(self, x):
+        q, k, v = (proj(x).view(2, 8, 4, 8).transpose(1, 2) for proj in (self.q, self.k, self.v))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v).reshape(2, -1, 8, 8).transpose(1, 2)
+        return out.view(2, 8, -1)
+
+
+def test_strided_reshape_fix_keeps_a_later_view_of_a_transpose_valid():
+    """The reshape's contiguous input changes the transposed layout; without the view's own contiguous the
+    lowering fails with ``Cannot view a tensor with shape torch.Size([2, 8, 4, 8]) and strides (256, 8, 64, 1)``
+    (AfmoeModel in ExecuTorch static shard 3)."""
+    torch.manual_seed(0)
+    result = ExecutorchExporter(ExecutorchConfig()).export(AfmoeAttentionTail(), {"x": torch.randn(2, 8, 32)}, validate=True)
+    assert result.metadata.workarounds_fired["_fix_strided_reshape_input"] == 2  # the reshape and the view
+    assert result.validation.status == "pass", result.validation.problems()
+
+
 class TanhGelu(torch.nn.Module):
     """Gemma's MLP activation (``gelu_pytorch_tanh``) behind a Linear, so XNNPACK takes the whole graph."""
 
