@@ -178,7 +178,7 @@ class ExecutorchExporter:
                 edge = to_edge_transform_and_lower(program, partitioner=partitioners)
             require_dims_kept(exported_dims, dynamic_dim_ranges(edge.exported_program()))
             with clock("to_executorch"):
-                lowered = edge.to_executorch()
+                lowered = edge.to_executorch(_backend_config(edge.exported_program()))
         with clock("metadata"):
             metadata = describe_export(self.backend, model, inputs, program, config, run)
             component = describe_component(program, inputs, "model.pte", RUNTIMES["executorch"])
@@ -268,6 +268,32 @@ class _PteRunner:
 def _save_pte(buffer: bytes, path: Path) -> Path:
     path.write_bytes(buffer)
     return path
+
+
+def _backend_config(program: ExportedProgram) -> Any:
+    """``to_executorch``'s config: the mutated buffers whose initial value is not all zeros keep it.
+
+    ExecuTorch serializes only the shape and dtype of a buffer the graph mutates, its initial state being
+    "meaningless" (executorch/exir/emit/_emitter.py) unless a pass sets ``meta["et_init_buffer"]``. That holds
+    for KV caches (zeros, written before they are read) but not for a table the model re-assigns in forward and
+    reads: CTRL's ``self.pos_encoding = self.pos_encoding.to(...)`` (modeling_ctrl.py:317) made every output of
+    CTRLModel wrong. ``InitializedMutableBufferPass`` keeps the values of those buffers in the ``.pte``.
+    """
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+
+    signature, mutated = program.graph_signature, set(program.graph_signature.buffers_to_mutate.values())
+    stateful = [
+        name
+        for name, fqn in signature.inputs_to_buffers.items()
+        if fqn in mutated and torch.count_nonzero(_buffer_value(program, fqn)) > 0
+    ]
+    return ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(stateful)] if stateful else [])
+
+
+def _buffer_value(program: ExportedProgram, fqn: str) -> torch.Tensor:
+    """A buffer's value: persistent buffers are in ``state_dict``, non-persistent ones in ``constants``."""
+    return program.state_dict[fqn] if fqn in program.state_dict else program.constants[fqn]
 
 
 # ── Stage 1: Backend preparation ──
