@@ -517,7 +517,8 @@ def _fix_fft_not_core_aten(program: ExportedProgram) -> bool:
     """
     graph_module = program.graph_module
     rewritten = sum(fourier_transform_as_matmuls(graph_module, node) for node in list(graph_module.graph.nodes))
-    graph_module.recompile()
+    if rewritten:
+        graph_module.recompile()
     return rewritten > 0
 
 
