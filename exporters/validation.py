@@ -19,7 +19,7 @@ allowance.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -150,6 +150,13 @@ def _within(first: torch.Tensor, second: torch.Tensor, atol: float, rtol: float)
     return (first - second).abs() <= atol + rtol * second.abs()
 
 
+def _max_distance(tensor: torch.Tensor, reference: torch.Tensor) -> float:
+    """Largest ``|tensor - reference|`` in float64, over the elements where both are finite."""
+    difference = (tensor.detach().to(torch.float64).cpu() - reference.detach().to(torch.float64).cpu()).abs()
+    finite = torch.isfinite(difference)
+    return difference[finite].max().item() if finite.any() else float("nan")
+
+
 def compare_output(name: str, expected: torch.Tensor, actual: Any, atol: float, rtol: float) -> OutputCheck:
     """Compare one output; every element must satisfy ``|a - e| <= atol + rtol * |e|``.
 
@@ -189,11 +196,14 @@ def eager_not_accurate_enough(
     check: OutputCheck, expected: torch.Tensor, actual: Any, reference: torch.Tensor, atol: float, rtol: float
 ) -> OutputCheck:
     """``check`` as ``inconclusive`` when every element missing eager is one where float32 eager misses the
-    float64 ``reference`` and the artifact meets it; else ``check`` unchanged (never a pass).
+    float64 ``reference`` and the artifact meets it; else still a mismatch (never a pass), with how far float32
+    eager and the artifact each are from the float64 run added to its detail.
 
     Why: the tolerance treats eager as the answer. An element computed as the small difference of large terms
     (a depth head's value of 200 next to 248,000) carries eager's own float32 rounding error; there the
-    artifact may be right and eager wrong, and a comparison with eager shows nothing either way."""
+    artifact may be right and eager wrong, and a comparison with eager shows nothing either way. When the
+    mismatch stands, the two distances tell a reviewer of the record rounding (the artifact a few times
+    eager's own error) from a wrong graph (orders of magnitude beyond it) without re-running anything."""
     actual = torch.as_tensor(actual)
     if check.status != MISMATCH or actual.shape != expected.shape or reference.shape != expected.shape:
         return check
@@ -201,8 +211,12 @@ def eager_not_accurate_enough(
         return check
     missed = ~_within(actual, expected, atol, rtol)
     explained = missed & ~_within(expected, reference, atol, rtol) & _within(actual, reference, atol, rtol)
-    if not missed.any() or not bool((explained == missed).all()):
+    if not missed.any():
         return check
+    if not bool((explained == missed).all()):
+        return replace(check, detail=f"{check.detail}; from eager in float64: float32 eager "
+                                     f"{_max_distance(expected, reference):.3g}, the artifact "
+                                     f"{_max_distance(actual, reference):.3g} at most")
     return OutputCheck(
         check.name, INCONCLUSIVE, check.max_abs_diff, check.eager_max_abs,
         f"{check.detail}, each where float32 eager is itself off its float64 run beyond the tolerance and the "

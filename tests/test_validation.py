@@ -385,6 +385,12 @@ def test_a_miss_eager_float64_does_not_explain_stays_a_mismatch(actual, why):
     assert _shape_check(actual).status == MISMATCH, why
 
 
+def test_a_standing_mismatch_says_how_far_eager_and_the_artifact_each_are_from_float64():
+    check = _shape_check(torch.tensor([150.0, 1000.0, 5.0]))
+    assert check.status == MISMATCH
+    assert check.outputs[0].detail.endswith("; from eager in float64: float32 eager 0.65, the artifact 63.4 at most")
+
+
 def test_without_a_float64_run_or_when_it_fails_a_mismatch_stays_one():
     assert _shape_check(torch.tensor([213.45, 1000.0, 5.0]), reference=None).status == MISMATCH
 
