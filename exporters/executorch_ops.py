@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from exporters.fx_rewrites import emitter
+from exporters.fx_rewrites import emitter, node_argument, replace_node
 from exporters.utils import register_fx_node_fix
 
-__all__ = ["conv3d_as_conv2d_sum", "scatter_reduce_by_mask", "sort_as_topk"]
+__all__ = ["conv3d_as_conv2d_sum", "negative_pad_as_slices", "scatter_reduce_by_mask", "sort_as_topk"]
 
 _REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 
@@ -213,3 +213,55 @@ def _fix_sort_without_portable_kernel(graph_module: torch.fx.GraphModule, node: 
     portable library's Core ATen coverage, which tracks the missing sort kernel). See :func:`sort_as_topk`.
     """
     return sort_as_topk(graph_module, node)
+
+
+def negative_pad_as_slices(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write a constant ``aten.pad``/``aten.constant_pad_nd(x, pad, value)`` whose ``pad`` has negative entries as slices that crop
+    those sides, then the pad with the non-negative entries (none left: the slices replace the node).
+
+    ATen reads a negative pad as cropping that many elements from that side; the result is the same tensor
+    of the same shape, so the node keeps its users and ``meta["val"]``. A cropped dim of symbolic size is
+    left alone. Returns True when it rewrote ``node``.
+    """
+    if node.op != "call_function":
+        return False
+    if node.target is torch.ops.aten.pad.default:  # torch.export keeps F.pad; to_edge decomposes it later
+        if node_argument(node, 2, "mode", "constant") != "constant":
+            return False
+        fill = node_argument(node, 3, "value", None)
+    elif node.target is torch.ops.aten.constant_pad_nd.default:
+        fill = node_argument(node, 2, "value", 0)
+    else:
+        return False
+    pad, value = list(node.args[1]), node.args[0].meta.get("val")
+    if not isinstance(value, torch.Tensor) or not all(isinstance(p, int) for p in pad) or min(pad, default=0) >= 0:
+        return False
+    crops = []  # (dim, start, end) for each dim with a negative side; pad pairs run from the last dim back
+    for pair in range(len(pad) // 2):
+        before, after, dim = pad[2 * pair], pad[2 * pair + 1], value.dim() - 1 - pair
+        if before < 0 or after < 0:
+            if not isinstance(value.shape[dim], int):
+                return False
+            crops.append((dim, max(-before, 0), value.shape[dim] + min(after, 0)))
+    emit, cropped = emitter(graph_module, node), node.args[0]
+    for dim, start, end in crops:
+        cropped = emit(torch.ops.aten.slice.Tensor, cropped, dim, start, end)
+    rest = [max(p, 0) for p in pad]
+    if not any(rest):
+        return replace_node(graph_module, node, cropped)
+    node.target = torch.ops.aten.constant_pad_nd.default
+    node.args, node.kwargs = (cropped, rest, 0 if fill is None else fill), {}
+    return True
+
+
+
+@register_fx_node_fix("executorch", upstream="https://github.com/pytorch/executorch/issues/12456", dependency="executorch")
+def _fix_negative_pad_without_portable_kernel(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Crop with slices: the portable ``constant_pad_nd`` kernel rejects negative pads, which ATen allows.
+
+    RWKV's time shift, ``nn.ZeroPad2d((0, 0, 1, -1))``, shifts the sequence by one step and drops the last;
+    the ``.pte`` loads and ``execute`` fails with 0x12 (``Check failed (pad[i] >= 0): Padding values must be
+    non-negative``, the check pytorch/executorch#18018 added), and XNNPACK does not claim such a pad either
+    (pytorch/executorch#12935, for pytorch/executorch#12456). See :func:`negative_pad_as_slices`.
+    """
+    return negative_pad_as_slices(graph_module, node)

@@ -108,7 +108,8 @@ def emitter(graph_module: torch.fx.GraphModule, anchor: torch.fx.Node) -> Callab
     return emit
 
 
-def _argument(node: torch.fx.Node, index: int, name: str, default: Any) -> Any:
+def node_argument(node: torch.fx.Node, index: int, name: str, default: Any) -> Any:
+    """Argument ``index`` of ``node``, or its keyword ``name``, or ``default``: an ATen schema argument either way."""
     return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
 
 
@@ -122,7 +123,7 @@ def count_histc_by_comparison(graph_module: torch.fx.GraphModule, node: torch.fx
     """
     if node.op != "call_function" or node.target is not torch.ops.aten.histc.default:
         return False
-    bins, low, high = _argument(node, 1, "bins", 100), _argument(node, 2, "min", 0), _argument(node, 3, "max", 0)
+    bins, low, high = node_argument(node, 1, "bins", 100), node_argument(node, 2, "min", 0), node_argument(node, 3, "max", 0)
     if not all(isinstance(v, (int, float)) for v in (bins, low, high)) or not high > low:
         return False
     aten, emit, value = torch.ops.aten, emitter(graph_module, node), node.meta["val"]
@@ -151,7 +152,7 @@ def count_bucketize_by_comparison(graph_module: torch.fx.GraphModule, node: torc
     source, boundaries = node.args[0], node.args[1]
     if not isinstance(boundaries, torch.fx.Node) or boundaries.meta["val"].dim() != 1:
         return False
-    right, out_int32 = _argument(node, 3, "right", False), _argument(node, 2, "out_int32", False)
+    right, out_int32 = node_argument(node, 3, "right", False), node_argument(node, 2, "out_int32", False)
     aten, emit = torch.ops.aten, emitter(graph_module, node)
     below = emit(aten.le.Tensor if right else aten.lt.Tensor, boundaries, emit(aten.unsqueeze.default, source, -1))
     counts = emit(aten.sum.dim_IntList, below, [-1], dtype=torch.int32 if out_int32 else torch.int64)
@@ -172,7 +173,7 @@ def reduce_max_dim_as_pooling(graph_module: torch.fx.GraphModule, node: torch.fx
     value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
     if not isinstance(value, torch.Tensor) or value.dim() != 4:
         return False
-    dim, keepdim = node.args[1], _argument(node, 2, "keepdim", False)
+    dim, keepdim = node.args[1], node_argument(node, 2, "keepdim", False)
     if keepdim and dim in (2, 3):
         return False
     dim %= 4
@@ -355,12 +356,12 @@ def fourier_transform_as_matmuls(graph_module: torch.fx.GraphModule, node: torch
         return False
     forward, takes_dims = _FOURIER_TRANSFORMS[node.target]
     source, value = node.args[0], node.args[0].meta["val"]
-    dims = _argument(node, 2, "dim", None if takes_dims else -1)
+    dims = node_argument(node, 2, "dim", None if takes_dims else -1)
     dims = list(range(value.dim())) if dims is None else (list(dims) if takes_dims else [dims])
     sizes = [value.shape[d] for d in dims]
-    norm = _argument(node, 3, "norm", None) or "backward"
+    norm = node_argument(node, 3, "norm", None) or "backward"
     real_dtype = _REAL_OF.get(value.dtype, value.dtype)
-    if _argument(node, 1, "s" if takes_dims else "n", None) is not None or real_dtype not in (torch.float32, torch.float64):
+    if node_argument(node, 1, "s" if takes_dims else "n", None) is not None or real_dtype not in (torch.float32, torch.float64):
         return False
     if not dims or not all(isinstance(size, int) for size in sizes):
         return False

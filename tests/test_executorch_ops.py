@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from exporters.executorch_ops import conv3d_as_conv2d_sum, scatter_reduce_by_mask, sort_as_topk
+from exporters.executorch_ops import (
+    conv3d_as_conv2d_sum,
+    negative_pad_as_slices,
+    scatter_reduce_by_mask,
+    sort_as_topk,
+)
 from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
 
 FIX = "_fix_scatter_reduce_without_portable_kernel"
@@ -214,3 +219,37 @@ def test_tapas_classification_runs_with_scatter_reduce_as_masks():
     result = ExecutorchExporter(ExecutorchConfig()).export(tiny.model, tiny.inputs, validate=True)
     assert result.metadata.workarounds_fired[FIX] >= 1
     assert result.validation.status == "pass", result.validation.problems()
+
+
+# ── negative pads: cropping, which ATen allows and the portable kernel rejects ──
+class NegativePads(torch.nn.Module):
+    """RWKV's time shift (crop only) and a pad that crops one side and pads the other."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return (torch.nn.functional.pad(x, (0, 0, 1, -1)), torch.nn.functional.pad(x, (-1, 2, 0, -2), value=0.5),
+                torch.nn.functional.pad(x, (1, 1)))
+
+
+def test_negative_pad_rewrite_matches_aten_and_leaves_non_negative_pads():
+    model, x = NegativePads(), torch.randn(2, 5, 4)
+    program = torch.export.export(model, (x,))
+    fired = sum(negative_pad_as_slices(program.graph_module, node) for node in list(program.graph.nodes))
+    program.graph_module.recompile()
+    code = program.graph_module.code
+    assert fired == 2 and "constant_pad_nd" in code and code.count("aten.pad.default") == 1  # (1, 1) left as it is
+    for got, want in zip(program.module()(x), model(x), strict=True):
+        assert torch.equal(got, want)
+
+
+def test_executorch_runs_negative_pads_from_the_written_pte(tmp_path):
+    fix = "_fix_negative_pad_without_portable_kernel"
+    model, inputs = NegativePads().eval(), {"x": torch.randn(2, 5, 4)}
+    result = ExecutorchExporter(ExecutorchConfig()).export(model, inputs)
+    assert result.metadata.workarounds_fired[fix] == 2
+    written = result.save(tmp_path / "pads")["artifact"]
+    for got, want in zip(_run_pte(written, [inputs["x"]]), model(**inputs), strict=True):
+        assert torch.equal(got, want)
+
+    unfixed = ExecutorchExporter(ExecutorchConfig(without=frozenset({fix}))).export(model, inputs)
+    with pytest.raises(RuntimeError, match=r"execute\(\) failed with error 0x12"):  # InvalidArgument
+        _run_pte(unfixed.save(tmp_path / "unfixed", validate=False)["artifact"], [inputs["x"]])

@@ -80,6 +80,10 @@ COVERAGE: dict[str, list[str]] = {
         "test_executorch_ops.py::test_sort_rewrite_matches_aten",
         "test_executorch_ops.py::test_executorch_runs_sort_from_the_written_pte",
     ],
+    "_fix_negative_pad_without_portable_kernel": [
+        "test_executorch_ops.py::test_negative_pad_rewrite_matches_aten_and_leaves_non_negative_pads",
+        "test_executorch_ops.py::test_executorch_runs_negative_pads_from_the_written_pte",
+    ],
     "_patch_moe_experts_batched_mm": ["test_catalogue_workarounds.py::test_executorch_runs_moe_experts_as_batched_mm"],
     "_fix_complex_rotary_for_onnx": [
         "test_catalogue_workarounds.py::test_complex_rewrite_keeps_the_values",
