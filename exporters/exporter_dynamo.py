@@ -1,4 +1,4 @@
-"""DynamoExporter: a transformers model through ``torch.export`` in five stages.
+"""DynamoExporter: a transformers model through ``torch.export`` in six stages.
 
 Every other exporter runs this pipeline first, inside its own patches (see ``exporters.utils`` for the
 nesting order). The stages, in order, each under its banner below:
@@ -8,6 +8,7 @@ nesting order). The stages, in order, each under its banner below:
 3. Pytree registration — ``Cache`` and ``ModelOutput`` subclasses become pytree nodes.
 4. Dynamic shapes — ``Dim.AUTO`` everywhere when ``dynamic=True``, unless overridden.
 5. State cleanup — tensor attributes that forward set during tracing are put back.
+6. Program fixes — ``register_fx_program_fix("dynamo", ...)`` workarounds on the program every backend gets.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from exporters.bundle import RUNTIMES
 from exporters.cache_pytree import register_pytree_types, register_walked_type
 from exporters.signature import describe_component, output_structure
 from exporters.tiny import resized_mask
-from exporters.utils import installed_patches, tracking_hits
+from exporters.utils import apply_fx_program_fixes, installed_patches, tracking_hits
 from exporters.validation import named_tensors
 
 __all__ = ["DynamoConfig", "DynamoExporter", "register_walked_type", "second_shape_inputs", "without_static_dims"]
@@ -104,7 +105,7 @@ class DynamoExporter:
         ).validated_if(validate)
 
     def export_program(self, model: torch.nn.Module, inputs: dict[str, Any], clock: StageClock) -> ExportedProgram:
-        """Stages 1-5 around one ``torch.export.export`` call (also used by the ONNX and ExecuTorch exporters)."""
+        """Stages 1-6 around one ``torch.export.export`` call (also used by the ONNX and ExecuTorch exporters)."""
         with clock("pytree registration"):
             register_pytree_types(model)
         dynamic_shapes = dynamic_shapes_for(inputs, self.config)
@@ -115,9 +116,12 @@ class DynamoExporter:
             installed_patches("dynamo", self.config.without),
             cleaned_model_state(model),
         ):
-            return torch.export.export(
+            program = torch.export.export(
                 model, args=(), kwargs=inputs, dynamic_shapes=dynamic_shapes, strict=self.config.strict
             )
+        with clock("program fixes"):
+            apply_program_fixes(program)
+        return program
 
 
 def _save_program(program: ExportedProgram, path: Path) -> Path:
@@ -392,3 +396,10 @@ def cleaned_model_state(model: torch.nn.Module) -> Iterator[None]:
                         setattr(module, name, attributes[name])
                     else:
                         delattr(module, name)
+
+
+# ── Stage 6: Program fixes ──
+# ``@register_fx_program_fix("dynamo")`` (in ``exporters.patches_dynamo``) on ``fix(exported_program)``: repairs
+# of what torch.export traced that every backend needs, run before the backend's own fixes.
+def apply_program_fixes(program: ExportedProgram) -> None:
+    apply_fx_program_fixes(program, "dynamo")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -43,3 +45,61 @@ def test_guards_sympy_cannot_solve_leave_the_length_dynamic_and_guarded():
 def test_the_solver_patch_is_needed():
     with pytest.raises(NotImplementedError, match="solve_univariate_inequality"):
         _codec_export(without=frozenset({"_patch_dim_constraint_solver_gives_up"}))
+
+
+def _rwkv_rescaling_every_block():
+    """Tiny RWKV whose first inference call halves block 1's two rescaled weights (``rescale_every=1``; at the
+    default of 6 the tiny model's two blocks divide by 1, and no comparison could see the update)."""
+    from transformers import RwkvModel
+
+    from exporters.tiny import build_tiny
+
+    tiny = build_tiny("RwkvModel")
+    tiny.model.config.rescale_every = 1
+    torch.manual_seed(0)
+    model = RwkvModel(tiny.model.config).eval()
+    inputs = {"input_ids": tiny.inputs["input_ids"]}
+    with torch.no_grad():
+        expected = torch.utils._pytree.tree_leaves(copy.deepcopy(model)(**inputs))
+    return model, inputs, expected
+
+
+def _loaded_twice(program, inputs, tmp_path):
+    """Two calls of the program saved to disk and loaded back, as a user runs the bundle's ``model.pt2``."""
+    torch.export.save(program, tmp_path / "model.pt2")
+    module = torch.export.load(tmp_path / "model.pt2").module()
+    with torch.no_grad():
+        return [torch.utils._pytree.tree_leaves(module(**inputs)) for _ in range(2)]
+
+
+def _worst(outputs, expected):
+    return max((got - want).abs().max().item() for got, want in zip(outputs, expected))
+
+
+def _parameter_mutations(program):
+    decomposed = program.run_decompositions()
+    return [spec.target for spec in decomposed.graph_signature.output_specs if spec.kind.name == "PARAMETER_MUTATION"]
+
+
+def test_a_parameter_updated_in_forward_is_computed_on_every_call_and_never_written_back(tmp_path):
+    """Was: the ``.pt2`` divided RWKV's weights again on each call (call 2 was 1.38 off eager), and ExecuTorch
+    returned the four updated weights as outputs (``model.pte returned 10 outputs; the manifest's output
+    structure has 6``). Each call of the saved program now gives eager's answer and updates no parameter."""
+    model, inputs, expected = _rwkv_rescaling_every_block()
+    result = DynamoExporter(DynamoConfig()).export(model, inputs, validate=True)
+    assert result.metadata.workarounds_fired["_fix_parameter_updated_in_forward"] == 1
+    assert result.validation.status == "pass"
+    first, second = _loaded_twice(result.program, inputs, tmp_path)
+    assert _worst(first, expected) < 1e-5 and _worst(second, expected) < 1e-5
+    assert _parameter_mutations(result.program) == []
+
+
+def test_without_the_fix_a_parameter_update_is_repeated_on_every_call(tmp_path):
+    model, inputs, expected = _rwkv_rescaling_every_block()
+    without = frozenset({"_fix_parameter_updated_in_forward"})
+    program = DynamoExporter(DynamoConfig(without=without)).export(model, inputs).program
+    first, second = _loaded_twice(program, inputs, tmp_path)
+    assert _worst(first, expected) < 1e-5 and _worst(second, expected) > 0.1
+    assert _parameter_mutations(program) == [
+        "blocks.0.attention.output.weight", "blocks.0.feed_forward.value.weight",
+        "blocks.1.attention.output.weight", "blocks.1.feed_forward.value.weight"]

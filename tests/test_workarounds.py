@@ -181,6 +181,10 @@ COVERAGE: dict[str, list[str]] = {
         "test_patches_dynamo.py::test_guards_sympy_cannot_solve_leave_the_length_dynamic_and_guarded",
         "test_patches_dynamo.py::test_the_solver_patch_is_needed",
     ],
+    "_fix_parameter_updated_in_forward": [
+        "test_patches_dynamo.py::test_a_parameter_updated_in_forward_is_computed_on_every_call_and_never_written_back",
+        "test_patches_dynamo.py::test_without_the_fix_a_parameter_update_is_repeated_on_every_call",
+    ],
     "_patch_constant_outputs_skipped": [
         "test_onnx_outputs.py::test_constant_outputs_are_recorded_and_the_loader_returns_eager_structure",
         "test_onnx_outputs.py::test_onnx_needs_constant_outputs_left_out_of_the_graph",
