@@ -33,8 +33,9 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 
-from exporters import (  # noqa: F401  (register lowering speed patches, op, Core ATen and symbolic-op fixes)
+from exporters import (  # noqa: F401  (register lowering speed and layout patches, op, Core ATen and symbolic-op fixes)
     executorch_core_aten,
+    executorch_layout,
     executorch_lowering,
     executorch_ops,
     executorch_symbolic,

@@ -52,6 +52,10 @@ COVERAGE: dict[str, list[str]] = {
         "test_executorch_triage.py::test_unique_consecutive_check_removal_drops_only_the_assertion",
         "test_executorch_triage.py::test_executorch_needs_the_unique_consecutive_check_dropped",
     ],
+    "_patch_xnnpack_softmax_of_channels_last": [
+        "test_executorch_layout.py::test_a_softmax_after_an_nhwc_op_normalises_over_the_dim_the_graph_names",
+        "test_executorch_layout.py::test_without_the_patch_xnnpack_normalises_over_the_channels",
+    ],
     "_fix_max_dim_for_xnnpack": [
         "test_executorch_triage.py::test_xnnpack_needs_max_dim_in_its_pooling_form",
         "test_executorch_triage.py::test_hiera_classification_lowers_with_max_dim_as_pooling",
