@@ -6,10 +6,9 @@ test here runs the written file in ``executorch.runtime``, as a user would.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
+from pte_runtime import run_pte
 
 from exporters.executorch_ops import (
     conv3d_as_conv2d_sum,
@@ -47,13 +46,6 @@ def _inputs(seed: int) -> dict[str, torch.Tensor]:
         "index": torch.randint(0, SEGMENTS - 2, (2, TOKENS), generator=generator),
         "values": torch.randn(2, TOKENS, generator=generator),
     }
-
-
-def _run_pte(path: Path, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    from executorch.runtime import Runtime
-
-    program = Runtime.get().load_program(path.read_bytes())
-    return list(program.load_method("forward").execute(inputs))
 
 
 def _assert_matches(reduce: str, ran: list[torch.Tensor], eager: tuple[torch.Tensor, ...]) -> None:
@@ -112,7 +104,7 @@ def test_executorch_runs_scatter_reduce_from_the_written_pte(reduce, tmp_path):
     written = result.save(tmp_path / reduce)["artifact"]
     for seed in (0, 1):  # the traced example, and index values the trace never saw
         fresh = _inputs(seed)
-        _assert_matches(reduce, _run_pte(written, list(fresh.values())), model(**fresh))
+        _assert_matches(reduce, run_pte(written, list(fresh.values())), model(**fresh))
 
 
 def test_without_the_fix_the_written_pte_cannot_be_loaded(tmp_path):
@@ -122,7 +114,7 @@ def test_without_the_fix_the_written_pte_cannot_be_loaded(tmp_path):
     missing = r"Failed to load method forward, error: 0x:?14"  # Error::OperatorMissing
     written = without.save(tmp_path / "unvalidated", validate=False)["artifact"]
     with pytest.raises(RuntimeError, match=missing):
-        _run_pte(written, list(inputs.values()))
+        run_pte(written, list(inputs.values()))
     with pytest.raises(RuntimeError, match=missing):  # save() loads what it wrote back before keeping it
         without.save(tmp_path / "validated")
 
@@ -156,13 +148,13 @@ def test_executorch_runs_conv3d_from_the_written_pte(tmp_path):
     result = ExecutorchExporter(ExecutorchConfig()).export(model, inputs)
     assert result.metadata.workarounds_fired["_fix_conv3d_without_portable_kernel"] == 2
     written = result.save(tmp_path / "tubelets")["artifact"]
-    for got, want in zip(_run_pte(written, [inputs["video"]]), model(**inputs), strict=True):
+    for got, want in zip(run_pte(written, [inputs["video"]]), model(**inputs), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4)
 
     without = ExecutorchConfig(without=frozenset({"_fix_conv3d_without_portable_kernel"}))
     unfixed = ExecutorchExporter(without).export(model, inputs).save(tmp_path / "unfixed", validate=False)
     with pytest.raises(RuntimeError, match=r"method->execute\(\) failed with error 0x:?12"):  # InvalidArgument
-        _run_pte(unfixed["artifact"], [inputs["video"]])
+        run_pte(unfixed["artifact"], [inputs["video"]])
 
 
 class Sorts(torch.nn.Module):
@@ -202,13 +194,13 @@ def test_executorch_runs_sort_from_the_written_pte(tmp_path):
     result = ExecutorchExporter(ExecutorchConfig()).export(model, inputs)
     assert result.metadata.workarounds_fired["_fix_sort_without_portable_kernel"] == 2
     written = result.save(tmp_path / "sorts")["artifact"]
-    for got, want in zip(_run_pte(written, [inputs["scores"]]), model(**inputs), strict=True):
+    for got, want in zip(run_pte(written, [inputs["scores"]]), model(**inputs), strict=True):
         assert torch.equal(got, want)
 
     without = ExecutorchConfig(without=frozenset({"_fix_sort_without_portable_kernel"}))
     unfixed = ExecutorchExporter(without).export(model, inputs).save(tmp_path / "unfixed", validate=False)
     with pytest.raises(RuntimeError, match=r"Failed to load method forward, error: 0x:?14"):  # OperatorMissing
-        _run_pte(unfixed["artifact"], [inputs["scores"]])
+        run_pte(unfixed["artifact"], [inputs["scores"]])
 
 
 @pytest.mark.slow
@@ -247,9 +239,9 @@ def test_executorch_runs_negative_pads_from_the_written_pte(tmp_path):
     result = ExecutorchExporter(ExecutorchConfig()).export(model, inputs)
     assert result.metadata.workarounds_fired[fix] == 2
     written = result.save(tmp_path / "pads")["artifact"]
-    for got, want in zip(_run_pte(written, [inputs["x"]]), model(**inputs), strict=True):
+    for got, want in zip(run_pte(written, [inputs["x"]]), model(**inputs), strict=True):
         assert torch.equal(got, want)
 
     unfixed = ExecutorchExporter(ExecutorchConfig(without=frozenset({fix}))).export(model, inputs)
     with pytest.raises(RuntimeError, match=r"execute\(\) failed with error 0x12"):  # InvalidArgument
-        _run_pte(unfixed.save(tmp_path / "unfixed", validate=False)["artifact"], [inputs["x"]])
+        run_pte(unfixed.save(tmp_path / "unfixed", validate=False)["artifact"], [inputs["x"]])

@@ -7,10 +7,9 @@ exported whole by the slow tests.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
+from pte_runtime import run_pte
 
 from exporters.exporter_dynamo import DynamoConfig, DynamoExporter
 from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
@@ -102,19 +101,12 @@ class MaxPools(torch.nn.Module):
         return x.max(dim=-1).values, torch.max(x, 1).values, values, indices
 
 
-def _run_pte(path: Path, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    from executorch.runtime import Runtime
-
-    program = Runtime.get().load_program(path.read_bytes())
-    return list(program.load_method("forward").execute(inputs))
-
-
 def test_xnnpack_needs_max_dim_in_its_pooling_form(tmp_path):
     model, x = MaxPools().eval(), torch.randn(2, 3, 4, 5)
     result = ExecutorchExporter(ExecutorchConfig()).export(model, {"x": x})
     assert result.metadata.workarounds_fired["_fix_max_dim_for_xnnpack"] == 3
     written = result.save(tmp_path / "max-pools")["artifact"]
-    ran, eager = _run_pte(written, [x]), model(x)
+    ran, eager = run_pte(written, [x]), model(x)
     assert len(ran) == len(eager) and all(torch.equal(a, b) for a, b in zip(ran, eager, strict=True))
     without = ExecutorchConfig(without=frozenset({"_fix_max_dim_for_xnnpack"}))
     with pytest.raises(Exception, match=r"amax\.default only supports (keep_dim == True|dim == 2 or dim == 3)"):
