@@ -17,6 +17,7 @@ from exporters.fx_rewrites import (
     count_histc_by_comparison,
     drop_assertion_only_chain,
     drop_tensor_check,
+    running_extreme_by_triangle,
 )
 from exporters.utils import register_fx_node_fix
 
@@ -74,3 +75,15 @@ def _fix_unique_consecutive_check_not_core_aten(graph_module: torch.fx.GraphModu
     if node.op != "call_function" or node.target is not torch.ops.aten.unique_consecutive.default:
         return False
     return drop_assertion_only_chain(graph_module, node)
+
+
+@register_fx_node_fix("executorch", upstream="https://github.com/pytorch/pytorch/issues/158113", dependency="executorch")
+def _fix_cummax_not_core_aten(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write ``cummax``/``cummin`` as a masked max/min over the ``j <= i`` triangle: neither is Core ATen.
+
+    (MM) Grounding DINO's text mask builder takes ``torch.cummax`` and ``torch.cummin`` over special-token
+    positions (modeling_mm_grounding_dino.py:1751-1753, modeling_grounding_dino.py:1833-1840); ExecuTorch's edge
+    verifier rejects them with ``Operator torch._ops.aten.cummax.default is not in Core ATen opset`` and has no
+    decomposition. Same formula as the ONNX translation ``_aten_cummax``, torch's last-tied index included.
+    """
+    return running_extreme_by_triangle(graph_module, node)

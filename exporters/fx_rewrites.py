@@ -159,6 +159,51 @@ def count_bucketize_by_comparison(graph_module: torch.fx.GraphModule, node: torc
     return replace_node(graph_module, node, counts)
 
 
+_RUNNING_EXTREMES = {
+    torch.ops.aten.cummax.default: (torch.ops.aten.amax.default, torch.ops.aten.amin.default),
+    torch.ops.aten.cummin.default: (torch.ops.aten.amin.default, torch.ops.aten.amax.default),
+}
+
+
+def running_extreme_by_triangle(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Replace ``aten.cummax``/``aten.cummin(x, dim)`` by a masked reduction over the ``j <= i`` triangle.
+
+    Along ``dim``, ``values[i]`` is the max (min) of ``x[j]`` for ``j <= i``, and ``indices[i]`` is the last such
+    ``j`` where ``x[j] == values[i]`` (torch returns the latest of tied extremes: ``cummax([1, 1])`` gives
+    indices ``[0, 1]``). Entries with ``j > i`` take the opposite extreme of the whole tensor, which never wins,
+    so every dtype works without a dtype-specific infinity. Cost: a (length x length) broadcast, fine for the
+    token masks this is for; the length may be symbolic. A NaN does not propagate as in torch. Returns True
+    when it rewrote ``node`` (each ``getitem`` user is pointed at the new values or indices).
+    """
+    if node.op != "call_function" or node.target not in _RUNNING_EXTREMES:
+        return False
+    source, value = node.args[0], node.args[0].meta["val"]
+    if value.dim() == 0:
+        return False
+    reduce, opposite = _RUNNING_EXTREMES[node.target]
+    aten, emit = torch.ops.aten, emitter(graph_module, node)
+    dim = node_argument(node, 1, "dim", 0) % value.dim()
+    length = value.shape[dim] if isinstance(value.shape[dim], int) else emit(aten.sym_size.int, source, dim)
+    trailing = [1] * (value.dim() - dim - 1)  # one broadcast axis per dim after ``dim``
+    positions = emit(aten.arange.start_step, 0, length, 1, dtype=torch.int64, device=value.device)
+    column = emit(aten.unsqueeze.default, positions, 1)  # j, shape (L, 1)
+    earlier = emit(aten.le.Tensor, column, emit(aten.unsqueeze.default, positions, 0))  # j <= i, (L, L)
+    if trailing:
+        earlier = emit(aten.view.default, earlier, [length, length, *trailing])
+        column = emit(aten.view.default, column, [length, 1, *trailing])
+    by_j = emit(aten.unsqueeze.default, source, dim + 1)  # x[..., j, 1, ...]
+    never = emit(opposite, source, list(range(value.dim())))
+    values = emit(reduce, emit(aten.where.self, earlier, by_j, never), [dim])
+    reached = emit(aten.logical_and.default, earlier, emit(aten.eq.Tensor, by_j, emit(aten.unsqueeze.default, values, dim)))
+    none = emit(aten.full.default, [], -1, dtype=torch.int64, device=value.device)
+    indices = emit(aten.amax.default, emit(aten.where.self, reached, column, none), [dim])
+    for user in list(node.users):
+        user.replace_all_uses_with((values, indices)[user.args[1]])
+        graph_module.graph.erase_node(user)
+    graph_module.graph.erase_node(node)
+    return True
+
+
 def reduce_max_dim_as_pooling(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Write ``aten.max.dim(x, d, keepdim)`` on a 4-D ``x`` as ``max.dim(x', 3 or 2, keepdim=True)`` and reshapes.
 

@@ -23,6 +23,7 @@ from exporters.fx_rewrites import (
     count_bucketize_by_comparison,
     count_histc_by_comparison,
     fourier_transform_as_matmuls,
+    running_extreme_by_triangle,
     split_complex_arithmetic,
 )
 from exporters.tiny import build_tiny
@@ -31,6 +32,7 @@ from exporters.utils import all_workarounds
 NEW_WORKAROUNDS = {
     "_fix_histc_not_core_aten": "executorch",
     "_fix_bucketize_not_core_aten": "executorch",
+    "_fix_cummax_not_core_aten": "executorch",
     "_fix_fft_not_core_aten": "executorch",
     "_fix_tensor_check_not_core_aten": "executorch",
     "_patch_moe_experts_batched_mm": "executorch",
@@ -128,6 +130,50 @@ def test_executorch_needs_bucketize_counted_by_compares(executorch_needs):
     assert fixed.metadata.workarounds_fired["_fix_bucketize_not_core_aten"] == 3
     assert max(fixed.validation.max_abs_diff.values()) == 0.0
 
+
+
+# ── cummax / cummin ──
+class SpecialTokenSpans(torch.nn.Module):
+    """Grounding DINO's text mask builder: the previous special token by ``cummax``, the next by a flipped
+    ``cummin``, plus both on a 3-D float tensor along a middle dim (values and indices)."""
+
+    def forward(self, special: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        positions = torch.arange(special.shape[1]).expand_as(special)
+        prev_special = torch.cummax(torch.where(special, positions, 0), dim=1)[0]
+        ends = torch.where(special, positions, special.shape[1] - 1)
+        next_special = torch.flip(torch.cummin(torch.flip(ends, dims=[1]), dim=1)[0], dims=[1])
+        high, low = torch.cummax(x, dim=1), torch.cummin(x, dim=-2)
+        return prev_special, next_special, high.values, high.indices, low.values, low.indices
+
+
+def span_inputs() -> dict[str, torch.Tensor]:
+    special = torch.zeros(2, 9, dtype=torch.bool)
+    special[0, [0, 4, 8]] = True
+    special[1, [0, 2, 3]] = True
+    x = torch.randn(2, 6, 3)
+    x[0, :, 0] = torch.tensor([1.0, 1.0, 0.5, 2.0, 2.0, -1.0])  # tied running maxima: torch takes the latest
+    return {"special": special, "x": x}
+
+
+def test_cummax_rewrite_matches_aten_with_ties():
+    torch.manual_seed(0)
+    inputs = span_inputs()
+    program = torch.export.export(SpecialTokenSpans(), tuple(inputs.values()))
+    rewritten = sum(running_extreme_by_triangle(program.graph_module, node) for node in list(program.graph.nodes))
+    program.graph_module.recompile()
+    assert rewritten == 4
+    assert "cummax" not in program.graph_module.code and "cummin" not in program.graph_module.code
+    for got, expected in zip(program.module()(*inputs.values()), SpecialTokenSpans()(*inputs.values()), strict=True):
+        assert got.dtype == expected.dtype and torch.equal(got, expected)
+
+
+def test_executorch_needs_cummax_as_a_masked_triangle(executorch_needs):
+    torch.manual_seed(0)
+    fixed = executorch_needs(
+        SpecialTokenSpans(), span_inputs(), "_fix_cummax_not_core_aten", r"aten\.cum(max|min)\.default is not in Core ATen opset"
+    )
+    assert fixed.metadata.workarounds_fired["_fix_cummax_not_core_aten"] == 4
+    assert max(fixed.validation.max_abs_diff.values()) == 0.0
 
 # ── MoE experts ──
 def test_executorch_runs_moe_experts_as_batched_mm(executorch_needs):
