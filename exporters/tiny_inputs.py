@@ -42,12 +42,30 @@ def _vision(config: Any) -> Any:
 
 
 def _image_size(config: Any) -> tuple[int, int]:
-    size = getattr(_vision(config), "image_size", IMAGE)
+    size = getattr(_vision(config), "image_size", None) or _multi_level_detector_side(config) or IMAGE
     if isinstance(size, dict):
         size = size.get("height", IMAGE), size.get("width", IMAGE)
     if isinstance(size, int):
         return size, size
     return int(size[0]), int(size[-1])
+
+
+def _multi_level_detector_side(config: Any) -> int | None:
+    """An image side for a detector that adds feature levels below its backbone's last one, else None.
+
+    Deformable DETR and (MM) Grounding DINO take ``num_feature_levels`` (4) levels from a backbone that gives
+    three (``out_indices`` [2, 3, 4], the last at stride 32) and make each missing one with a stride-2 conv from
+    the level above. On the 32 px default the last two levels are 1 x 1, ``input_proj_vision``'s GroupNorm(32,
+    d_model) then normalises one pixel per group to its bias, and those tokens, constant across channels, come
+    out of LayerNorm as float rounding that eager and every backend round differently (cause
+    mm-grounding-dino-vision-encoder-mismatch). The side that keeps the smallest level at 2 x 2 is
+    ``64 * 2 ** extra_levels`` (128 px for one extra level).
+    """
+    levels, backbone = getattr(config, "num_feature_levels", None), getattr(config, "backbone_config", None)
+    taken = getattr(backbone, "out_indices", None) or getattr(backbone, "out_features", None)
+    if not isinstance(levels, int) or not isinstance(taken, (list, tuple)) or levels <= len(taken):
+        return None
+    return 64 * 2 ** (levels - len(taken))
 
 
 def _input_features(

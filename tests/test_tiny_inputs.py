@@ -78,3 +78,24 @@ def test_block_diffusion_canvas_is_an_input_so_eager_is_deterministic():
         first = tiny.model(**tiny.inputs).last_hidden_state
         second = tiny.model(**tiny.inputs).last_hidden_state
     assert torch.equal(first, second)
+
+
+@pytest.mark.parametrize(("name", "projections"), [("DeformableDetrModel", "input_proj"), ("GroundingDinoModel", "input_proj_vision")])
+def test_detectors_with_extra_feature_levels_get_an_image_whose_smallest_level_is_not_one_pixel(name, projections):
+    """Levels made below the backbone's last one by stride-2 convs are 1 x 1 on the 32 px default, where
+    GroupNorm leaves their tokens constant and the comparison measures float rounding (cause
+    mm-grounding-dino-vision-encoder-mismatch); the sample image is sized so the smallest level is 2 x 2."""
+    tiny = build_tiny(name)
+    sides = []
+    hooks = [level.register_forward_hook(lambda _m, _i, out: sides.append(tuple(out.shape[-2:])))
+             for level in getattr(tiny.model, projections)]
+    with torch.no_grad():
+        tiny.model(**tiny.inputs)
+    for hook in hooks:
+        hook.remove()
+    assert len(sides) == tiny.model.config.num_feature_levels
+    assert min(min(side) for side in sides) == 2, sides
+
+
+def test_detectors_without_extra_feature_levels_keep_the_default_image():
+    assert build_tiny("RTDetrModel").inputs["pixel_values"].shape[-2:] == (32, 32)  # three levels, all from the backbone
