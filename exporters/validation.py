@@ -131,16 +131,28 @@ class ValidationReport:
 
 
 def _degenerate(expected: torch.Tensor, atol: float) -> str:
-    """Why a comparison against this eager output could not fail, or '' when it can."""
+    """Why a comparison against this eager output could not fail, or '' when it can.
+
+    A NaN says eager itself went wrong (0 / 0, a log of a negative), so no answer can be shown right. An
+    infinity is different: ``-inf`` is how models mask logits (Grounding DINO's ``enc_outputs_class`` over
+    padded text tokens), and :func:`compare_output` already demands the same infinity at the same place; the
+    output is then judged by its finite elements, which must themselves be comparable (some, not all near
+    zero, not all equal).
+    """
     if not expected.is_floating_point() or expected.numel() == 0:
         return ""
-    if not torch.isfinite(expected).all():
-        return "eager output holds NaN or inf"
-    magnitude = expected.abs().max().item()
+    if expected.isnan().any():
+        return "eager output holds NaN"
+    finite = expected[torch.isfinite(expected)]
+    if finite.numel() == 0:
+        return "eager output holds no finite element"
+    magnitude = finite.abs().max().item()
     if magnitude <= atol:
         return f"eager output is near zero (max |x| = {magnitude:.3g} <= atol {atol:g})"
     if expected.numel() > 1 and (expected == expected.flatten()[0]).all():
         return "eager output is constant"
+    if finite.numel() > 1 and (finite == finite[0]).all():
+        return "eager output's finite elements are constant"
     return ""
 
 
@@ -162,7 +174,7 @@ def compare_output(name: str, expected: torch.Tensor, actual: Any, atol: float, 
 
     A NaN or inf in the artifact where eager is finite is a mismatch; where eager itself is NaN or inf the
     artifact must give the same value there (an inf accepts no finite answer, which ``inf <= atol + rtol *
-    inf`` would), and the output is then inconclusive at best.
+    inf`` would). A NaN in eager leaves the output inconclusive at best; an inf does not (``_degenerate``).
     """
     actual = torch.as_tensor(actual)
     if tuple(actual.shape) != tuple(expected.shape):

@@ -101,10 +101,10 @@ def test_mismatch_reports_count_largest_difference_and_tolerances():
     assert check.detail == "2 of 6 elements off (max abs diff 0.5, atol 0.0001, rtol 0.001)"
 
 
-def test_non_finite_eager_must_be_reproduced_and_is_inconclusive_at_best():
+def test_non_finite_eager_must_be_reproduced_and_nan_is_inconclusive_at_best():
     expected = torch.tensor([1.0, math.inf, math.nan, -math.inf, -2.0])
     same = compare(expected.clone(), expected)
-    assert (same.name, same.status, same.detail) == ("logits", INCONCLUSIVE, "eager output holds NaN or inf")
+    assert (same.name, same.status, same.detail) == ("logits", INCONCLUSIVE, "eager output holds NaN")
     assert (same.max_abs_diff, same.eager_max_abs) == (0.0, 2.0)  # over the finite elements
     for position, value in [(1, 5.0), (1, -math.inf), (1, math.nan), (2, 0.0), (3, math.inf), (2, math.inf)]:
         actual = expected.clone()
@@ -114,6 +114,25 @@ def test_non_finite_eager_must_be_reproduced_and_is_inconclusive_at_best():
     off_finite[4] = -1.0
     assert compare(off_finite, expected).status == MISMATCH
 
+
+
+def test_masked_logits_with_reproduced_infinities_are_judged_by_their_finite_elements():
+    """``-inf`` masked logits: the same infinities plus matching finite logits pass, a finite logit off or an
+    infinity moved is a mismatch, and finite elements that could not fail leave it inconclusive."""
+    expected = torch.tensor([[0.5, -math.inf, -1.25], [2.0, -math.inf, -math.inf]])
+    assert compare(expected.clone(), expected).status == PASS
+    moved = expected.clone()
+    moved[0, 1], moved[0, 2] = -1.25, -math.inf
+    assert compare(moved, expected).status == MISMATCH
+    off = expected.clone()
+    off[1, 0] = 2.5
+    assert compare(off, expected).status == MISMATCH
+    for finite, detail in [(0.0, "near zero"), (1.0, "finite elements are constant")]:
+        degenerate = torch.tensor([finite, -math.inf, finite, math.inf])
+        check = compare(degenerate.clone(), degenerate)
+        assert check.status == INCONCLUSIVE and detail in check.detail, check.detail
+    only_infinite = torch.tensor([math.inf, -math.inf])
+    assert compare(only_infinite.clone(), only_infinite).detail == "eager output holds no finite element"
 
 def test_all_nan_eager_is_inconclusive():
     expected = torch.full((3,), math.nan)
