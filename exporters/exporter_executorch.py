@@ -33,12 +33,13 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 
-from exporters import (  # noqa: F401  (register lowering speed and layout patches, op, Core ATen and symbolic-op fixes)
+from exporters import (  # noqa: F401  (register lowering speed, layout and output patches, op, Core ATen and symbolic-op fixes)
     executorch_core_aten,
     executorch_layout,
     executorch_lowering,
     executorch_ops,
     executorch_symbolic,
+    executorch_xnnpack_outputs,
 )
 from exporters.base import ExportResult, config_as_dict, start_export
 from exporters.bundle import RUNTIMES
