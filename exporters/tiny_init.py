@@ -17,6 +17,10 @@ import torch
 # Learned scales that a model initialises to zero although they multiply activations (a trained value is
 # not zero): set to one, the neutral scale. Matched on the parameter's own name, the last part of its path.
 _ZERO_INIT_SCALES = ("temp",)  # Zaya: ZayaQKNorm.temp multiplies every key (modeling_zaya.py:267, 277, 664)
+# The same, matched on the end of the name: the Perception Encoder family's contrastive heads scale their
+# similarity logits by ``text_audio_logit_scale`` (``text_video_logit_scale``, ...), nn.Parameter(torch.zeros(1))
+# (modeling_pe_audio.py:720, 778), so PeAudioModel's logits_audio_text was exactly its zero bias.
+_ZERO_INIT_SCALE_SUFFIXES = ("_logit_scale",)
 
 
 def fix_initialisation(model: torch.nn.Module, inputs: dict[str, Any], seed: int) -> None:
@@ -75,7 +79,8 @@ def calibrate_batch_norms(model: torch.nn.Module, inputs: dict[str, Any]) -> int
 def _open_zero_scales(model: torch.nn.Module) -> None:
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if name.rsplit(".", 1)[-1] in _ZERO_INIT_SCALES and not parameter.any():
+            own = name.rsplit(".", 1)[-1]
+            if (own in _ZERO_INIT_SCALES or own.endswith(_ZERO_INIT_SCALE_SUFFIXES)) and not parameter.any():
                 parameter.fill_(1.0)
 
 

@@ -79,6 +79,13 @@ def test_zero_initialised_key_scales_are_opened():
     assert keys.abs().max() > 0.1
 
 
+
+def test_zero_initialised_logit_scales_are_opened():
+    """Was: ``logits_audio_text: inconclusive: eager output is near zero`` (PeAudioModel: scale and bias 0)."""
+    tiny = build_tiny("PeAudioModel")
+    assert tiny.model.text_audio_logit_scale.item() == 1.0
+    assert _forward(tiny).logits_audio_text.abs().max() > 1e-3
+
 def test_init_std_configs_get_the_tiny_initialiser_range():
     """Was: ``regression_outputs: inconclusive: eager output is near zero (max |x| = 7.79e-06)``."""
     outputs = dict(named_tensors(_forward(build_tiny("PatchTSMixerForRegression"))))
