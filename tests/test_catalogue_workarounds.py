@@ -52,6 +52,19 @@ def test_new_workarounds_are_registered_with_their_lifecycle_metadata():
         assert workaround.upstream.startswith("https://github.com/pytorch/")
 
 
+
+def assert_rewrite_is_exact(module: torch.nn.Module, args: tuple, rewrite, rewrites: int, gone: tuple[str, ...]) -> None:
+    """Export ``module``, apply the node ``rewrite`` to every node, and check that it rewrote ``rewrites`` nodes,
+    that none of the ``gone`` ops is left, and that the rewritten graph run eagerly equals ``module`` exactly
+    (values and dtypes)."""
+    program = torch.export.export(module, args)
+    rewritten = sum(rewrite(program.graph_module, node) for node in list(program.graph.nodes))
+    program.graph_module.recompile()
+    assert rewritten == rewrites
+    assert not any(op in program.graph_module.code for op in gone)
+    for got, expected in zip(program.module()(*args), module(*args), strict=True):
+        assert got.dtype == expected.dtype and torch.equal(got, expected)
+
 # ── histc ──
 class Router(torch.nn.Module):
     """Tokens per expert as transformers' MoE helpers count them: ``histc`` of the top-k expert ids."""
@@ -70,15 +83,7 @@ def test_histc_rewrite_bins_exactly_like_aten():
     torch.manual_seed(0)
     x = torch.randn(2, 5, 8)
     x[..., :6] = torch.tensor([-1.0, 1.0, -0.6, 0.2, 1.5, -3.0])  # both ends, inner edges, outside the range
-    program = torch.export.export(Router(), (x,))
-    rewritten = sum(count_histc_by_comparison(program.graph_module, node) for node in list(program.graph.nodes))
-    program.graph_module.recompile()
-    assert rewritten == 2
-    assert "histc" not in program.graph_module.code
-    eager = Router()
-    eager.load_state_dict(program.state_dict)
-    for got, expected in zip(program.module()(x), eager(x), strict=True):
-        assert torch.equal(got, expected)
+    assert_rewrite_is_exact(Router(), (x,), count_histc_by_comparison, rewrites=2, gone=("histc",))
 
 
 def test_executorch_needs_histc_counted_by_compares(executorch_needs):
@@ -113,13 +118,7 @@ def bucket_inputs() -> dict[str, torch.Tensor]:
 def test_bucketize_rewrite_buckets_exactly_like_aten():
     torch.manual_seed(0)
     inputs = bucket_inputs()
-    program = torch.export.export(PatchBuckets(), (inputs["coords"],))
-    rewritten = sum(count_bucketize_by_comparison(program.graph_module, node) for node in list(program.graph.nodes))
-    program.graph_module.recompile()
-    assert rewritten == 3
-    assert "bucketize" not in program.graph_module.code
-    for got, expected in zip(program.module()(inputs["coords"]), PatchBuckets()(inputs["coords"]), strict=True):
-        assert got.dtype == expected.dtype and torch.equal(got, expected)
+    assert_rewrite_is_exact(PatchBuckets(), (inputs["coords"],), count_bucketize_by_comparison, rewrites=3, gone=("bucketize",))
 
 
 def test_executorch_needs_bucketize_counted_by_compares(executorch_needs):
@@ -157,23 +156,18 @@ def span_inputs() -> dict[str, torch.Tensor]:
 
 def test_cummax_rewrite_matches_aten_with_ties():
     torch.manual_seed(0)
-    inputs = span_inputs()
-    program = torch.export.export(SpecialTokenSpans(), tuple(inputs.values()))
-    rewritten = sum(running_extreme_by_triangle(program.graph_module, node) for node in list(program.graph.nodes))
-    program.graph_module.recompile()
-    assert rewritten == 4
-    assert "cummax" not in program.graph_module.code and "cummin" not in program.graph_module.code
-    for got, expected in zip(program.module()(*inputs.values()), SpecialTokenSpans()(*inputs.values()), strict=True):
-        assert got.dtype == expected.dtype and torch.equal(got, expected)
+    inputs = tuple(span_inputs().values())
+    assert_rewrite_is_exact(SpecialTokenSpans(), inputs, running_extreme_by_triangle, rewrites=4, gone=("cummax", "cummin"))
 
 
-def test_executorch_needs_cummax_as_a_masked_triangle(executorch_needs):
-    torch.manual_seed(0)
-    fixed = executorch_needs(
-        SpecialTokenSpans(), span_inputs(), "_fix_cummax_not_core_aten", r"aten\.cum(max|min)\.default is not in Core ATen opset"
-    )
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_executorch_needs_cummax_as_a_masked_triangle(executorch_needs, dynamic):
+    """Dynamic too: the triangle's side is the token count, which a dynamic export keeps symbolic."""
+    error = r"aten\.cum(max|min)\.default is not in Core ATen opset"
+    fixed = executorch_needs(SpecialTokenSpans(), span_inputs(), "_fix_cummax_not_core_aten", error, dynamic=dynamic)
     assert fixed.metadata.workarounds_fired["_fix_cummax_not_core_aten"] == 4
     assert max(fixed.validation.max_abs_diff.values()) == 0.0
+    assert len(fixed.validation.shapes) == (2 if dynamic else 1)  # a dynamic export is also run at a second shape
 
 # ── MoE experts ──
 def test_executorch_runs_moe_experts_as_batched_mm(executorch_needs):
