@@ -10,6 +10,8 @@ and is written to a ``.pte`` that no user can load: ``load_method("forward")`` f
 
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
@@ -178,29 +180,35 @@ def _fix_conv3d_without_portable_kernel(graph_module: torch.fx.GraphModule, node
 
 
 def sort_as_topk(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Write ``aten.sort(x, dim, descending)`` as ``aten.topk(x, x.size(dim), dim, largest=descending, sorted=True)``.
+    """Write ``aten.sort(x, dim, descending)`` as ``aten.topk(x, x.size(dim), dim, largest=descending, sorted=True)``,
+    and ``aten.argsort`` as that topk's indices.
 
     The k largest (or smallest) of all ``k = x.size(dim)`` elements, in order, are the sorted values, and
-    ``topk`` returns the same (values, indices) pair, so the node keeps its users and its ``meta["val"]``.
-    Values are exact. Indices of equal values may come in another order than ATen's, which an unstable sort
-    leaves unspecified anyway; ``stable=True`` is left alone, as is a dim of symbolic size. Returns True when it
+    ``topk`` returns the same (values, indices) pair, so a sort keeps its users and its ``meta["val"]``; an
+    argsort (ViTMAE's random masking, ``torch.argsort(noise, dim=1)``, which torch.export keeps as
+    ``aten.argsort`` until the decompositions turn it into a sort) is replaced by the indices. Values are
+    exact. Indices of equal values may come in another order than ATen's, which an unstable sort leaves
+    unspecified anyway; ``stable=True`` is left alone, as is a dim of symbolic size. Returns True when it
     rewrote ``node``.
     """
     if node.op != "call_function":
         return False
-    if node.target is torch.ops.aten.sort.default:
-        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", -1)
-        descending = node.args[2] if len(node.args) > 2 else node.kwargs.get("descending", False)
-    elif node.target is torch.ops.aten.sort.stable and not node.kwargs.get("stable"):
+    aten = torch.ops.aten
+    if node.target in (aten.sort.default, aten.argsort.default):
+        dim, descending = node_argument(node, 1, "dim", -1), node_argument(node, 2, "descending", False)
+    elif node.target in (aten.sort.stable, aten.argsort.stable) and not node.kwargs.get("stable"):
         dim, descending = node.kwargs.get("dim", -1), node.kwargs.get("descending", False)
     else:
         return False
     value = node.args[0].meta.get("val")
     if not isinstance(value, torch.Tensor) or value.dim() == 0 or not isinstance(value.shape[dim], int):
         return False
-    node.target = torch.ops.aten.topk.default
-    node.args, node.kwargs = (node.args[0], value.shape[dim], dim, bool(descending), True), {}
-    return True
+    topk_args = (node.args[0], value.shape[dim], dim, bool(descending), True)
+    if node.target in (aten.sort.default, aten.sort.stable):
+        node.target, node.args, node.kwargs = aten.topk.default, topk_args, {}
+        return True
+    emit = emitter(graph_module, node)
+    return replace_node(graph_module, node, emit(operator.getitem, emit(aten.topk.default, *topk_args), 1))
 
 
 @register_fx_node_fix("executorch", upstream="https://github.com/pytorch/executorch/issues/11320", dependency="executorch")
@@ -210,7 +218,9 @@ def _fix_sort_without_portable_kernel(graph_module: torch.fx.GraphModule, node: 
     SamHQ's mask decoder orders its masks by predicted IoU, ``torch.sort(iou_pred, dim=2, descending=True)``
     (modeling_sam_hq.py); the ``.pte`` is written but ``load_method("forward")`` fails with ``Failed to load
     method forward, error: 0x:14`` (``Missing operator: aten::sort.values``; pytorch/executorch#11320, the
-    portable library's Core ATen coverage, which tracks the missing sort kernel). See :func:`sort_as_topk`.
+    portable library's Core ATen coverage, which tracks the missing sort kernel). ViTMAE's random masking
+    (``torch.argsort`` of the noise and of the shuffle, modeling_vit_mae.py:316-317) failed the same way until
+    ``argsort`` was rewritten too. See :func:`sort_as_topk`.
     """
     return sort_as_topk(graph_module, node)
 

@@ -158,13 +158,16 @@ def test_executorch_runs_conv3d_from_the_written_pte(tmp_path):
 
 
 class Sorts(torch.nn.Module):
-    """SamHQ's ``torch.sort(iou_pred, dim=2, descending=True)`` with the order applied by ``gather``, and an
-    ascending sort over the last dim."""
+    """SamHQ's ``torch.sort(iou_pred, dim=2, descending=True)`` with the order applied by ``gather``, an
+    ascending sort over the last dim, and ViTMAE's shuffle and restore, ``argsort`` of the noise and of that
+    (an ``aten.argsort`` until the decompositions)."""
 
     def forward(self, scores: torch.Tensor) -> tuple[torch.Tensor, ...]:
         ordered, order = torch.sort(scores, dim=2, descending=True)
         ascending, positions = scores.sort(-1)
-        return ordered, order, scores.gather(2, order), ascending, positions
+        shuffle = torch.argsort(scores.flatten(1), dim=1)
+        restore = torch.argsort(shuffle, dim=1, descending=True)
+        return ordered, order, scores.gather(2, order), ascending, positions, shuffle, restore
 
 
 class StableSort(torch.nn.Module):
@@ -181,7 +184,7 @@ def test_sort_rewrite_matches_aten():
     program = torch.export.export(model, (scores,))
     fired = sum(sort_as_topk(program.graph_module, node) for node in list(program.graph.nodes))
     program.graph_module.recompile()
-    assert fired == 2 and "aten.sort" not in program.graph_module.code
+    assert fired == 4 and "aten.sort" not in program.graph_module.code and "argsort" not in program.graph_module.code
     for got, want in zip(program.module()(scores), model(scores), strict=True):
         assert torch.equal(got, want)
     stable = torch.export.export(StableSort(), (scores,))  # a stable sort's order of ties is part of its answer
@@ -192,7 +195,7 @@ def test_sort_rewrite_matches_aten():
 def test_executorch_runs_sort_from_the_written_pte(tmp_path):
     model, inputs = Sorts().eval(), {"scores": _scores()}
     result = ExecutorchExporter(ExecutorchConfig()).export(model, inputs)
-    assert result.metadata.workarounds_fired["_fix_sort_without_portable_kernel"] == 2
+    assert result.metadata.workarounds_fired["_fix_sort_without_portable_kernel"] == 4
     written = result.save(tmp_path / "sorts")["artifact"]
     for got, want in zip(run_pte(written, [inputs["scores"]]), model(**inputs), strict=True):
         assert torch.equal(got, want)
