@@ -39,7 +39,7 @@ from exporters import (  # noqa: F401  (register lowering speed, layout and outp
     executorch_lowering,
     executorch_ops,
     executorch_symbolic,
-    executorch_xnnpack_outputs,
+    executorch_xnnpack,
 )
 from exporters.base import ExportResult, config_as_dict, start_export
 from exporters.bundle import RUNTIMES

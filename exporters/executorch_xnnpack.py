@@ -1,9 +1,9 @@
-"""Stage 3 of the ExecuTorch exporter, continued: the outputs of an XNNPACK partition, after its own passes.
+"""Stage 3 of the ExecuTorch exporter, continued: XNNPACK fixes outside its layout pass (exporters/executorch_layout.py).
 
-``exporters.exporter_executorch`` imports this module, so every XNNPACK export installs the patch
-(``register_patch("executorch.xnnpack", ...)``). XNNPACK preprocesses each partition with its own passes
-(``XNNPACKPassManager``: clone removal, redundant-copy removal, ...) and only then numbers the partition's
-external values, each graph input and each output once.
+``exporters.exporter_executorch`` imports this module, so every XNNPACK export installs them (backend
+``"executorch.xnnpack"``). XNNPACK's partitioner claims nodes by per-op configs, and each partition is then
+preprocessed by XNNPACK's own passes (``XNNPACKPassManager``: clone removal, redundant-copy removal, the PReLU
+reshape, ...), which assume more than the configs checked; the fixes here cover two such gaps.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from exporters.utils import record_hit, register_patch
+from exporters.fx_rewrites import emitter, replace_node
+from exporters.utils import record_hit, register_fx_node_fix, register_patch
 
 __all__: list[str] = []
 
@@ -60,3 +61,30 @@ def _patch_xnnpack_output_passed_through(original: Callable) -> Callable:
         return original(exported_program, graph_module)
 
     return generate_node_to_external_map
+
+
+@register_fx_node_fix("executorch.xnnpack", dependency="executorch")
+def _fix_prelu_not_4d_for_xnnpack(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write a PReLU whose input is not 4-D as ``where(x > 0, x, weight * x)``: XNNPACK claims it, then cannot
+    lower it.
+
+    XNNPACK's ``PreluConfig`` accepts any ``aten.prelu`` with a constant weight, but its layout pass treats
+    PReLU as an NHWC op and converts only 4-D inputs (``Attempting to convert non-NHWC compatible node to
+    NHWC``, channels_last_tagged_reshape_pass.py:398), and ``PReLUReshapePass`` requires 4-D too. DAB-DETR's
+    box MLPs apply ``nn.PReLU()`` to [batch, queries, hidden] activations. The rewrite is exact (the weight
+    broadcast along dim 1, torch's channel dim, or taken whole when it has one element); XNNPACK then runs the
+    compare, multiply and select. 4-D PReLUs are left to XNNPACK. Not reported upstream yet: the ready-to-file
+    issue is docs/upstream-drafts/_fix_prelu_not_4d_for_xnnpack.md.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten.prelu.default:
+        return False
+    source, weight = node.args[0], node.args[1]
+    value = source.meta["val"]
+    if value.dim() == 4:
+        return False
+    aten, emit = torch.ops.aten, emitter(graph_module, node)
+    channels = weight.meta["val"].numel()
+    if channels > 1 and value.dim() >= 2:
+        weight = emit(aten.view.default, weight, [channels] + [1] * (value.dim() - 2))
+    negative = emit(aten.mul.Tensor, source, weight)
+    return replace_node(graph_module, node, emit(aten.where.self, emit(aten.gt.Scalar, source, 0), source, negative))
