@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from exporters.fx_rewrites import (
+    count_bincount_by_comparison,
     count_bucketize_by_comparison,
     count_histc_by_comparison,
     drop_assertion_only_chain,
@@ -87,3 +88,15 @@ def _fix_cummax_not_core_aten(graph_module: torch.fx.GraphModule, node: torch.fx
     decomposition. Same formula as the ONNX translation ``_aten_cummax``, torch's last-tied index included.
     """
     return running_extreme_by_triangle(graph_module, node)
+
+
+@register_fx_node_fix("executorch", upstream="https://github.com/pytorch/pytorch/issues/158113", dependency="executorch")
+def _fix_bincount_not_core_aten(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Count with compares and a sum a ``bincount`` whose length the program fixes: it is not Core ATen.
+
+    Splinter's pretraining head counts question tokens per row, ``torch.bincount(rows)`` (modeling_splinter.py:722),
+    and checks that there is one count per row; ExecuTorch's edge verifier rejects it with ``Operator
+    torch._ops.aten.bincount.default is not in Core ATen opset`` and has no decomposition. See
+    :func:`exporters.fx_rewrites.count_bincount_by_comparison`.
+    """
+    return count_bincount_by_comparison(graph_module, node)

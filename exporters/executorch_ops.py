@@ -11,12 +11,14 @@ and is written to a ``.pte`` that no user can load: ``load_method("forward")`` f
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from exporters.fx_rewrites import emitter, node_argument, replace_node
-from exporters.utils import register_fx_node_fix
+from exporters.utils import record_hit, register_fx_node_fix, register_patch
 
 __all__ = ["conv3d_as_conv2d_sum", "negative_pad_as_slices", "scatter_reduce_by_mask", "sort_as_topk"]
 
@@ -275,3 +277,48 @@ def _fix_negative_pad_without_portable_kernel(graph_module: torch.fx.GraphModule
     (pytorch/executorch#12935, for pytorch/executorch#12456). See :func:`negative_pad_as_slices`.
     """
     return negative_pad_as_slices(graph_module, node)
+
+
+@register_patch(
+    "executorch", "executorch.exir.passes.spec_prop_pass.SpecPropPass.__call__", dependency="executorch",
+    counts_itself=True,
+)
+def _patch_nonzero_planned_row_major(original: Callable) -> Callable:
+    """Plan ``nonzero``'s output with the row-major dim order the portable kernel writes it in.
+
+    torch gives ``nonzero``'s [count, ndim] result column-major strides, ``(1, count)`` (eager and its fake
+    implementation, fake_impls.py ``nonzero``), and ExecuTorch's ``SpecPropPass`` turns them into the planned
+    tensor's dim order ``(1, 0)``; the portable ``nonzero.out`` kernel writes the indices row-major all the
+    same. The first op to read them checks or uses the declared order: OneFormer's and Splinter's column slices
+    (``idx[:, 0]``) stop the program (``Check failed (tensors_have_same_dim_order(in, out))``, ``method->
+    execute() failed with error 0x12``), and a contiguous copy in between reads the indices transposed (14 of
+    15 off). Each nonzero output's spec (and its ``out`` buffer's, after the out-variant pass) gets contiguous
+    strides, so the program declares what the kernel writes. Related: pytorch/executorch#11086 (dim orders in
+    the program that differ from what a kernel produces); a hit is each spec changed. Not reported upstream
+    yet: the ready-to-file issue is docs/upstream-drafts/_patch_nonzero_planned_row_major.md.
+    """
+    from executorch.exir.tensor import contiguous_stride_from_shape, dim_order_from_stride
+
+    def is_nonzero(target: Any) -> bool:
+        return getattr(getattr(target, "_op", target), "overloadpacket", None) is torch.ops.aten.nonzero
+
+    def call(self: Any, graph_module: torch.fx.GraphModule) -> Any:
+        result = original(self, graph_module)
+        for module in result.graph_module.modules():
+            if not isinstance(module, torch.fx.GraphModule):
+                continue
+            for node in module.graph.nodes:
+                if node.op != "call_function" or not is_nonzero(node.target):
+                    continue
+                for planned in [node, *(v for v in node.kwargs.values() if isinstance(v, torch.fx.Node))]:
+                    spec = planned.meta.get("spec")
+                    if spec is None or not hasattr(spec, "dim_order"):
+                        continue
+                    stride = tuple(contiguous_stride_from_shape(spec.shape))
+                    if tuple(spec.stride) != stride:
+                        spec.stride, spec.dim_order = stride, dim_order_from_stride(stride)
+                        record_hit("_patch_nonzero_planned_row_major")
+        return result
+
+    return call
+

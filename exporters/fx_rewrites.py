@@ -138,6 +138,32 @@ def count_histc_by_comparison(graph_module: torch.fx.GraphModule, node: torch.fx
     return replace_node(graph_module, node, counts)
 
 
+def count_bincount_by_comparison(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Replace ``aten.bincount(x)`` whose output length the program has fixed by a compare-and-sum over the bins.
+
+    ``bincount``'s length, ``max(x) + 1``, is data-dependent (an unbacked size), but a model that checks it
+    (Splinter: ``torch_compilable_check(num_questions.size(0) == batch)``) lets the shape environment simplify it
+    to a number ``n``; the counts are then ``(x == arange(n))`` summed over the elements, exact for every input
+    that passes the check. Without weights only; ``minlength`` is covered by ``n``. Returns True when it
+    rewrote ``node``; an unsimplified length or weights leave it alone.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten.bincount.default:
+        return False
+    if node_argument(node, 1, "weights", None) is not None:
+        return False
+    value = node.meta["val"]
+    size = value.shape[0]
+    if not isinstance(size, int):
+        expr = size.node.shape_env.simplify(size.node.expr)
+        if not expr.is_number:
+            return False
+        size = int(expr)
+    aten, emit = torch.ops.aten, emitter(graph_module, node)
+    bins = emit(aten.arange.start_step, 0, size, 1, dtype=node.args[0].meta["val"].dtype, device=value.device)
+    hits = emit(aten.eq.Tensor, emit(aten.unsqueeze.default, emit(aten.reshape.default, node.args[0], [-1]), -1), bins)
+    return replace_node(graph_module, node, emit(aten.sum.dim_IntList, hits, [0], dtype=value.dtype))
+
+
 def count_bucketize_by_comparison(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Replace ``aten.bucketize(x, boundaries, right=...)`` over 1-D boundaries by a count of comparisons.
 

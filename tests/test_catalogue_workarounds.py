@@ -20,6 +20,7 @@ from exporters.exporter_dynamo import DynamoConfig, DynamoExporter
 from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
 from exporters.exporter_onnx import OnnxConfig, OnnxExporter
 from exporters.fx_rewrites import (
+    count_bincount_by_comparison,
     count_bucketize_by_comparison,
     count_histc_by_comparison,
     fourier_transform_as_matmuls,
@@ -33,6 +34,7 @@ NEW_WORKAROUNDS = {
     "_fix_histc_not_core_aten": "executorch",
     "_fix_bucketize_not_core_aten": "executorch",
     "_fix_cummax_not_core_aten": "executorch",
+    "_fix_bincount_not_core_aten": "executorch",
     "_fix_fft_not_core_aten": "executorch",
     "_fix_tensor_check_not_core_aten": "executorch",
     "_patch_moe_experts_batched_mm": "executorch",
@@ -168,6 +170,34 @@ def test_executorch_needs_cummax_as_a_masked_triangle(executorch_needs, dynamic)
     assert fixed.metadata.workarounds_fired["_fix_cummax_not_core_aten"] == 4
     assert max(fixed.validation.max_abs_diff.values()) == 0.0
     assert len(fixed.validation.shapes) == (2 if dynamic else 1)  # a dynamic export is also run at a second shape
+
+
+# ── bincount ──
+class QuestionCounts(torch.nn.Module):
+    """Splinter's question positions: ``bincount`` of the rows holding a question token, checked to give one
+    count per row (which fixes its otherwise data-dependent length)."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        rows, _ = torch.where(input_ids == 7)
+        counts = torch.bincount(rows)
+        torch._check(counts.size(0) == input_ids.size(0))
+        return counts * 10 + counts.max()
+
+
+def question_ids() -> dict[str, torch.Tensor]:
+    ids = torch.tensor([[7, 1, 7, 2, 7, 3], [4, 7, 5, 6, 1, 2], [7, 7, 7, 7, 1, 7]])
+    return {"input_ids": ids}
+
+
+def test_bincount_rewrite_counts_exactly_like_aten():
+    assert_rewrite_is_exact(QuestionCounts(), (question_ids()["input_ids"],), count_bincount_by_comparison, rewrites=1, gone=("bincount",))
+
+
+def test_executorch_needs_bincount_counted_by_compares(executorch_needs):
+    fixed = executorch_needs(
+        QuestionCounts(), question_ids(), "_fix_bincount_not_core_aten", r"aten\.bincount\.default is not in Core ATen opset"
+    )
+    assert fixed.metadata.workarounds_fired["_fix_bincount_not_core_aten"] == 1
 
 # ── MoE experts ──
 def test_executorch_runs_moe_experts_as_batched_mm(executorch_needs):

@@ -248,3 +248,31 @@ def test_executorch_runs_negative_pads_from_the_written_pte(tmp_path):
     unfixed = ExecutorchExporter(ExecutorchConfig(without=frozenset({fix}))).export(model, inputs)
     with pytest.raises(RuntimeError, match=r"execute\(\) failed with error 0x12"):  # InvalidArgument
         run_pte(unfixed.save(tmp_path / "unfixed", validate=False)["artifact"], [inputs["x"]])
+
+
+class NonzeroColumns(torch.nn.Module):
+    """OneFormer's and Splinter's use of ``nonzero``: its index columns read by slices, and (what a copy-based
+    fix would do) a contiguous copy of it read the same way."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = (x > 0).nonzero()
+        copied = idx.clone(memory_format=torch.contiguous_format)
+        return idx[:, 0] * 10 + idx[:, 1], copied[:, 1] * 10 + copied[:, 0]
+
+
+def _signs() -> torch.Tensor:
+    return torch.randn(5, 7, generator=torch.Generator().manual_seed(4))
+
+
+def test_executorch_runs_nonzero_columns_from_the_written_pte(tmp_path):
+    model, x = NonzeroColumns().eval(), _signs()
+    result = ExecutorchExporter(ExecutorchConfig()).export(model, {"x": x})
+    assert result.metadata.workarounds_fired["_patch_nonzero_planned_row_major"] >= 1
+    written = result.save(tmp_path / "nonzero")["artifact"]
+    for got, want in zip(run_pte(written, [x]), model(x), strict=True):
+        assert torch.equal(got, want)
+
+    without = ExecutorchConfig(without=frozenset({"_patch_nonzero_planned_row_major"}))
+    unfixed = ExecutorchExporter(without).export(model, {"x": x}).save(tmp_path / "unfixed", validate=False)
+    with pytest.raises(RuntimeError, match=r"method->execute\(\) failed with error 0x:?12"):  # InvalidArgument
+        run_pte(unfixed["artifact"], [x])

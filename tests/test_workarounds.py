@@ -64,6 +64,13 @@ COVERAGE: dict[str, list[str]] = {
         "test_executorch_xnnpack.py::test_prelu_that_is_not_4d_is_written_as_a_select",
         "test_executorch_xnnpack.py::test_without_the_fix_xnnpack_cannot_retag_a_3d_prelu",
     ],
+    "_fix_bincount_not_core_aten": [
+        "test_catalogue_workarounds.py::test_bincount_rewrite_counts_exactly_like_aten",
+        "test_catalogue_workarounds.py::test_executorch_needs_bincount_counted_by_compares",
+    ],
+    "_patch_nonzero_planned_row_major": [
+        "test_executorch_ops.py::test_executorch_runs_nonzero_columns_from_the_written_pte",
+    ],
     "_fix_cummax_not_core_aten": [
         "test_catalogue_workarounds.py::test_cummax_rewrite_matches_aten_with_ties",
         "test_catalogue_workarounds.py::test_executorch_needs_cummax_as_a_masked_triangle",
