@@ -16,6 +16,7 @@ from exporters.fx_rewrites import (
     count_bincount_by_comparison,
     count_bucketize_by_comparison,
     count_histc_by_comparison,
+    count_searchsorted_by_comparison,
     drop_assertion_only_chain,
     drop_tensor_check,
     running_extreme_by_triangle,
@@ -100,3 +101,14 @@ def _fix_bincount_not_core_aten(graph_module: torch.fx.GraphModule, node: torch.
     :func:`exporters.fx_rewrites.count_bincount_by_comparison`.
     """
     return count_bincount_by_comparison(graph_module, node)
+
+
+@register_fx_node_fix("executorch", upstream="https://github.com/pytorch/pytorch/issues/158113", dependency="executorch")
+def _fix_searchsorted_not_core_aten(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Search with compares and a sum: ``aten.searchsorted`` is not in the Core ATen opset.
+
+    Splinter's question positions take each question token's column as ``i - searchsorted(rows, rows)``
+    (modeling_splinter.py:728); ExecuTorch's edge verifier rejects it with ``Operator
+    torch._ops.aten.searchsorted.Tensor is not in Core ATen opset``. The ONNX twin is ``_aten_searchsorted``.
+    """
+    return count_searchsorted_by_comparison(graph_module, node)

@@ -179,10 +179,33 @@ def count_bucketize_by_comparison(graph_module: torch.fx.GraphModule, node: torc
     if not isinstance(boundaries, torch.fx.Node) or boundaries.meta["val"].dim() != 1:
         return False
     right, out_int32 = node_argument(node, 3, "right", False), node_argument(node, 2, "out_int32", False)
-    aten, emit = torch.ops.aten, emitter(graph_module, node)
+    return replace_node(graph_module, node, _count_below(emitter(graph_module, node), boundaries, source, right, out_int32))
+
+
+def count_searchsorted_by_comparison(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Replace ``aten.searchsorted(sorted_sequence, values)`` over a 1-D sequence by a count of comparisons.
+
+    The insertion point of ``v`` is the number of sequence elements below it: ``< v`` for ``side="left"``,
+    ``<= v`` for ``side="right"`` (or ``right=True``), the bucketize count with the sequence as boundaries
+    (:func:`count_bucketize_by_comparison`). A ``sorter`` is left alone. Returns True when it rewrote ``node``.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten.searchsorted.Tensor:
+        return False
+    sequence, source = node.args[0], node.args[1]
+    if not isinstance(sequence, torch.fx.Node) or sequence.meta["val"].dim() != 1:
+        return False
+    if node_argument(node, 5, "sorter", None) is not None:
+        return False
+    right = node_argument(node, 3, "right", False) or node_argument(node, 4, "side", None) == "right"
+    out_int32 = node_argument(node, 2, "out_int32", False)
+    return replace_node(graph_module, node, _count_below(emitter(graph_module, node), sequence, source, right, out_int32))
+
+
+def _count_below(emit: Callable[..., torch.fx.Node], boundaries: Any, source: Any, right: bool, out_int32: bool) -> torch.fx.Node:
+    """How many of the 1-D ``boundaries`` are below each element of ``source`` (``<=`` when ``right``)."""
+    aten = torch.ops.aten
     below = emit(aten.le.Tensor if right else aten.lt.Tensor, boundaries, emit(aten.unsqueeze.default, source, -1))
-    counts = emit(aten.sum.dim_IntList, below, [-1], dtype=torch.int32 if out_int32 else torch.int64)
-    return replace_node(graph_module, node, counts)
+    return emit(aten.sum.dim_IntList, below, [-1], dtype=torch.int32 if out_int32 else torch.int64)
 
 
 _RUNNING_EXTREMES = {

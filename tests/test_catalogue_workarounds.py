@@ -23,6 +23,7 @@ from exporters.fx_rewrites import (
     count_bincount_by_comparison,
     count_bucketize_by_comparison,
     count_histc_by_comparison,
+    count_searchsorted_by_comparison,
     fourier_transform_as_matmuls,
     running_extreme_by_triangle,
     split_complex_arithmetic,
@@ -35,6 +36,7 @@ NEW_WORKAROUNDS = {
     "_fix_bucketize_not_core_aten": "executorch",
     "_fix_cummax_not_core_aten": "executorch",
     "_fix_bincount_not_core_aten": "executorch",
+    "_fix_searchsorted_not_core_aten": "executorch",
     "_fix_fft_not_core_aten": "executorch",
     "_fix_tensor_check_not_core_aten": "executorch",
     "_patch_moe_experts_batched_mm": "executorch",
@@ -198,6 +200,33 @@ def test_executorch_needs_bincount_counted_by_compares(executorch_needs):
         QuestionCounts(), question_ids(), "_fix_bincount_not_core_aten", r"aten\.bincount\.default is not in Core ATen opset"
     )
     assert fixed.metadata.workarounds_fired["_fix_bincount_not_core_aten"] == 1
+
+
+# ── searchsorted ──
+class QuestionColumns(torch.nn.Module):
+    """Splinter's question columns, ``i - searchsorted(rows, rows)`` over the sorted row ids, and the right-side
+    search of other values."""
+
+    def forward(self, rows: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        first = torch.searchsorted(rows, rows, side="left")
+        return torch.arange(rows.size(0)) - first, torch.searchsorted(rows, values, right=True, out_int32=True)
+
+
+def sorted_rows() -> dict[str, torch.Tensor]:
+    return {"rows": torch.tensor([0, 0, 0, 1, 2, 2, 2, 2]), "values": torch.tensor([[-1, 0, 1], [2, 3, 1]])}
+
+
+def test_searchsorted_rewrite_matches_aten_on_both_sides():
+    inputs = tuple(sorted_rows().values())
+    assert_rewrite_is_exact(QuestionColumns(), inputs, count_searchsorted_by_comparison, rewrites=2, gone=("searchsorted",))
+
+
+def test_executorch_needs_searchsorted_counted_by_compares(executorch_needs):
+    fixed = executorch_needs(
+        QuestionColumns(), sorted_rows(), "_fix_searchsorted_not_core_aten",
+        r"aten\.searchsorted\.Tensor is not in Core ATen opset",
+    )
+    assert fixed.metadata.workarounds_fired["_fix_searchsorted_not_core_aten"] == 2
 
 # ── MoE experts ──
 def test_executorch_runs_moe_experts_as_batched_mm(executorch_needs):
