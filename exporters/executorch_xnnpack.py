@@ -46,18 +46,19 @@ def _patch_xnnpack_output_passed_through(original: Callable) -> Callable:
         graph = graph_module.graph
         output = graph.output_node()
         external = {n for n in graph.nodes if n.op == "placeholder" and not is_param_node(exported_program, n)}
-        values = []
+        values, copied = [], False
         for value in output.args[0]:
             if isinstance(value, torch.fx.Node) and value in external:
                 with graph.inserting_before(output):
                     copy = graph.call_function(exir_ops.edge.aten.clone.default, (value,))
                 copy.meta = dict(value.meta)
                 record_hit("_patch_xnnpack_output_passed_through")
-                value = copy
+                value, copied = copy, True
             external.add(value)
             values.append(value)
-        output.args = (values, *output.args[1:])
-        graph_module.recompile()
+        if copied:  # every partition of every export comes through here; most need nothing
+            output.args = (values, *output.args[1:])
+            graph_module.recompile()
         return original(exported_program, graph_module)
 
     return generate_node_to_external_map
