@@ -436,11 +436,11 @@ def _patch_moe_experts_batched_mm(original: Callable) -> Callable:
 
 
 @register_patch(
-    "executorch.dynamic", "executorch.exir.verification.verifier._check_tensor_args_matching_op_allowed_dtype",
+    "executorch", "executorch.exir.verification.verifier._check_tensor_args_matching_op_allowed_dtype",
     dependency="executorch",
 )  # fmt: skip
 def _patch_edge_dtype_check_specialising_list_returns(original: Callable) -> Callable:
-    """Stop the edge verifier's dtype check from specialising a dynamic dim of an op that returns ``Tensor[]``.
+    """Stop the edge verifier's dtype check from guarding on a symbolic dim of an op that returns ``Tensor[]``.
 
     ``EdgeOpArgValidator.call_function`` reads an op's outputs from ``node.meta["val"]`` as one entry per
     schema return, but an op with a single ``Tensor[]`` return (``split_with_sizes_copy``, ``unbind_copy``)
@@ -453,8 +453,10 @@ def _patch_edge_dtype_check_specialising_list_returns(original: Callable) -> Cal
     harmless there. Mixture-of-experts ``batched_mm`` experts split ``[tokens * top_k, 2 * intermediate]``
     rows (``gate_up.chunk(2, dim=-1)``), whose dim 0 is the flattened, dynamic token count (Mixtral,
     Qwen2-MoE prefill). While the check runs, each such node's list is wrapped as its one return, so the
-    validator sees a list, checks its dtype, and guards nothing; the meta is restored after. Scoped to dynamic
-    exports: static dims make the guard a no-op. Not reported upstream yet: the ready-to-file issue, with its
+    validator sees a list, checks its dtype, and guards nothing; the meta is restored after. Static exports need
+    it too: a split by data-dependent sizes (JetMoE's mixture of attention heads, ``inputs.split(expert_size)``)
+    gives the first piece an unbacked dim 0, and there the guard fails (``Could not extract specialized integer
+    from data-dependent expression u224``). Not reported upstream yet: the ready-to-file issue, with its
     reproducer, is docs/upstream-drafts/_patch_edge_dtype_check_specialising_list_returns.md.
     """
 

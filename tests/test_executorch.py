@@ -238,6 +238,26 @@ def test_edge_verifier_keeps_a_dynamic_dim_split_by_a_list_returning_op():
         ExecutorchExporter(ExecutorchConfig(dynamic_shapes=shapes, without=without)).export(model, inputs)
 
 
+
+class SplitByRoutedCounts(torch.nn.Module):
+    """Rows split by per-expert counts read from the data: JetMoE's ``inputs.split(expert_size, dim=0)``,
+    whose piece sizes are unbacked symbols even in a static export."""
+
+    def forward(self, x, route):
+        counts = torch.stack([(route == expert).sum() for expert in range(2)]).tolist()
+        first, second = x[route.argsort()].split(counts, dim=0)
+        return first.sum(0) * 2 + second.sum(0)
+
+
+def test_edge_verifier_accepts_a_static_split_by_data_dependent_sizes(executorch_needs):
+    """In a static export the split's first piece has an unbacked dim 0, and the dtype check's ``len()`` on it
+    fails the lowering (``Could not extract specialized integer``); with the patch the .pte matches eager."""
+    inputs = {"x": torch.randn(6, 4), "route": torch.tensor([1, 0, 1, 1, 0, 1])}
+    executorch_needs(
+        SplitByRoutedCounts(), inputs, "_patch_edge_dtype_check_specialising_list_returns",
+        r"Could not extract specialized integer from data-dependent expression",
+    )  # fmt: skip
+
 def test_cuda_without_a_gpu_fails_clearly_before_any_work(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     model = torch.nn.Linear(4, 4)  # left in training mode: any work on it would call eval() first
