@@ -12,21 +12,38 @@ Worse than a failure is a silent specialisation: an edge operator declared with 
 each symbolic size it receives into the sample's value, and the ``.pte`` then accepts only the sample's shape
 on every input tied to it, while validation, which moves every dim still symbolic, passes.
 :func:`require_dims_kept` turns that into a failure naming the dims; :func:`empty_as_zeros` avoids it for
-``empty``. The fixes are registered on ``"executorch"`` (stage 5 of ``exporters.exporter_executorch``), so
-``grep -n "@register_"`` finds them.
+``empty``.
+
+A tensor whose size holds a data-dependent (unbacked) symbol has strides such as ``(1, u0)`` or ``(384*u0,
+384)``, and ExecuTorch's ``dim_order_from_stride`` cannot order them: :func:`dim_order_by_multiples` decides the
+pairs where one stride is a multiple of the other. The fixes are registered on ``"executorch"`` (stage 5 of
+``exporters.exporter_executorch``, the patch around the whole lowering), so ``grep -n "@register_"`` finds
+them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch.fx.experimental.symbolic_shapes import statically_known_true
+from torch.fx.experimental.symbolic_shapes import (
+    GuardOnDataDependentSymNode,
+    guard_or_false,
+    guard_or_true,
+    statically_known_true,
+)
 
 from exporters.fx_rewrites import replace_node
-from exporters.utils import register_fx_node_fix
+from exporters.utils import record_hit, register_fx_node_fix, register_patch
 
-__all__ = ["LoweringSpecialisedError", "decide_sym_min_max", "empty_as_zeros", "require_dims_kept"]
+__all__ = [
+    "LoweringSpecialisedError",
+    "decide_sym_min_max",
+    "dim_order_by_multiples",
+    "empty_as_zeros",
+    "require_dims_kept",
+]
 
 
 def _value(argument: Any) -> Any:
@@ -61,15 +78,19 @@ def decide_sym_min_max(graph_module: torch.fx.GraphModule, node: torch.fx.Node) 
     return True
 
 
-@register_fx_node_fix("executorch", dependency="executorch")
+@register_fx_node_fix(
+    "executorch", upstream="https://github.com/pytorch/executorch/issues/11988", dependency="executorch"
+)
 def _fix_sym_min_max_decided_by_bounds(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Drop ``torch.sym_min``/``sym_max`` of a bounded size and a constant: the edge verifier rejects them.
 
     DeepSeek-V3.2's and dots3-note's indexers take ``min(self.index_topk, index_scores.shape[-1])`` (2,048 and
     the sequence); exported with a sequence of at most ``max_sequence`` (128) tokens the node is the sequence
     size itself, and ExecuTorch 1.5.1's ``to_edge_transform_and_lower`` fails in its verifier with
-    ``AssertionError`` (``op.__name__ in ("alloc",)``) on it. See :func:`decide_sym_min_max`; a draft issue is
-    docs/upstream-drafts/_fix_sym_min_max_decided_by_bounds.md.
+    ``AssertionError`` (``op.__name__ in ("alloc",)``) on it. See :func:`decide_sym_min_max`. Upstream:
+    pytorch/executorch#11988 (open: ExecuTorch has no ``sym_max`` for transformers' sliding-window cache);
+    pytorch/executorch#12037 added the ``executorch_prim`` ops but the verifier still rejects the torch
+    functions, the comment to add there is docs/upstream-drafts/_fix_sym_min_max_decided_by_bounds.md.
     """
     return decide_sym_min_max(graph_module, node)
 
@@ -99,7 +120,9 @@ def empty_as_zeros(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> b
         target, args = aten.full.default, (size, 0)
     with graph_module.graph.inserting_before(node):
         zeros = graph_module.graph.call_function(target, args, kwargs)
-    zeros.meta = dict(node.meta)  # the same shape, dtype and provenance: only the contents' definition changed
+    zeros.meta = dict(
+        node.meta
+    )  # the same shape, dtype and provenance: only the contents' definition changed
     return replace_node(graph_module, node, zeros)
 
 
@@ -118,6 +141,77 @@ def _fix_empty_specialised_by_dim_order(graph_module: torch.fx.GraphModule, node
     return empty_as_zeros(graph_module, node)
 
 
+class _UndecidedOrder(Exception):
+    """Two strides whose order no known fact decides."""
+
+
+class _StrideKey:
+    """A stride compared as a stride: positive (ExecuTorch rejects a zero stride) and usually a product of the
+    sizes after it, so a multiple of another stride is never the smaller one."""
+
+    def __init__(self, stride: int | torch.SymInt):
+        self.stride = stride
+
+    def __lt__(self, other: _StrideKey) -> bool:
+        a, b = self.stride, other.stride
+        if guard_or_false(a < b) or (guard_or_false(b % a == 0) and guard_or_true(a != b)):
+            return True  # known, or b a multiple of a that may differ from it: ExecuTorch's own two rules
+        if guard_or_false(a >= b) or guard_or_false(a % b == 0):
+            return False  # a a multiple of b: a >= b, as torch's own stride-order helper reasons
+        raise _UndecidedOrder
+
+
+def dim_order_by_multiples(stride: Sequence[int | torch.SymInt]) -> tuple[int, ...] | None:
+    """The dim order of ``stride`` (dims by decreasing stride, ties in dim order), or None if a pair is undecided.
+
+    ExecuTorch's ``dim_order_from_stride`` (exir/tensor.py) decides ``a < b`` when it is statically known or
+    when ``b`` is a multiple of ``a``, and otherwise evaluates ``a < b``, which raises for an unbacked size:
+    ``u48 < 1`` for the strides ``(1, u48)`` of a ``nonzero`` result (Splinter), ``384*u22 < 384`` (V-JEPA 2),
+    ``u140 + u300 + 16 < 1`` (Mimi's decoder). Each of these asks whether a multiple of a stride is smaller than
+    it, which no positive stride is; torch reasons the same way when it orders strides
+    (``compute_elementwise_output_logical_to_physical_perm``'s ``ge``: ``a >= b or a % b == 0``). A pair neither
+    rule decides stays undecided: the caller keeps ExecuTorch's error.
+    """
+    try:
+        ordered = sorted(range(len(stride)), key=lambda dim: _StrideKey(stride[dim]), reverse=True)
+    except _UndecidedOrder:
+        return None
+    return tuple(ordered)
+
+
+@register_patch(
+    "executorch",
+    "executorch.exir.tensor.dim_order_from_stride",
+    "executorch.exir.tensor_layout.dim_order_from_stride",
+    "executorch.exir.passes.replace_view_copy_with_view_pass.dim_order_from_stride",
+    dependency="executorch",
+    counts_itself=True,
+)  # fmt: skip
+def _patch_dim_order_of_unbacked_strides(original: Callable) -> Callable:
+    """Order the strides ExecuTorch cannot order when a size is data-dependent, instead of failing the lowering.
+
+    Every tensor spec of the program gets its dim order from ``dim_order_from_stride``; for a tensor sized by a
+    data-dependent count (a ``nonzero`` result, a codec's padding computed from buffers) its comparison guards
+    on the unbacked symbol (``GuardOnDataDependentSymNode: Could not guard on data-dependent expression u48 <
+    1``), in ``to_edge_transform_and_lower`` or ``to_executorch``. ExecuTorch's answer is kept wherever it has
+    one; only when it raises does :func:`dim_order_by_multiples` order the strides, and when that cannot either
+    the original error stands. Hits count the orders it gave. Not reported upstream yet: the ready-to-file issue
+    is docs/upstream-drafts/_patch_dim_order_of_unbacked_strides.md.
+    """
+
+    def dim_order_from_stride(stride: Sequence[int | torch.SymInt]) -> tuple[int, ...]:
+        try:
+            return original(stride)
+        except GuardOnDataDependentSymNode:
+            order = dim_order_by_multiples(stride)
+            if order is None:
+                raise
+            record_hit("_patch_dim_order_of_unbacked_strides")
+            return order
+
+    return dim_order_from_stride
+
+
 class LoweringSpecialisedError(RuntimeError):
     """ExecuTorch's lowering made static a dim that ``torch.export`` kept dynamic."""
 
@@ -129,7 +223,10 @@ def require_dims_kept(exported: dict[str, dict[str, Any]], lowered: dict[str, di
     the dims that are still symbolic. Naming the dims is what the user needs to choose ``--dynamic-dim`` or to
     report the lowering pass."""
     lost = [
-        f"{name} dim {index}" for name, dims in exported.items() for index in dims if index not in lowered.get(name, {})
+        f"{name} dim {index}"
+        for name, dims in exported.items()
+        for index in dims
+        if index not in lowered.get(name, {})
     ]
     if lost:
         raise LoweringSpecialisedError(

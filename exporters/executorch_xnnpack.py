@@ -64,7 +64,9 @@ def _patch_xnnpack_output_passed_through(original: Callable) -> Callable:
     return generate_node_to_external_map
 
 
-@register_fx_node_fix("executorch.xnnpack", dependency="executorch")
+@register_fx_node_fix(
+    "executorch.xnnpack", upstream="https://github.com/pytorch/executorch/pull/18624", dependency="executorch"
+)
 def _fix_prelu_not_4d_for_xnnpack(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Write a PReLU whose input is not 4-D as ``where(x > 0, x, weight * x)``: XNNPACK claims it, then cannot
     lower it.
@@ -74,8 +76,9 @@ def _fix_prelu_not_4d_for_xnnpack(graph_module: torch.fx.GraphModule, node: torc
     NHWC``, channels_last_tagged_reshape_pass.py:398), and ``PReLUReshapePass`` requires 4-D too. DAB-DETR's
     box MLPs apply ``nn.PReLU()`` to [batch, queries, hidden] activations. The rewrite is exact (the weight
     broadcast along dim 1, torch's channel dim, or taken whole when it has one element); XNNPACK then runs the
-    compare, multiply and select. 4-D PReLUs are left to XNNPACK. Not reported upstream yet: the ready-to-file
-    issue is docs/upstream-drafts/_fix_prelu_not_4d_for_xnnpack.md.
+    compare, multiply and select. 4-D PReLUs are left to XNNPACK. Upstream: pytorch/executorch#18624 (the same
+    fix to the layout pass, closed without merging; executorch main still converts 4-D only), so the
+    ready-to-file issue docs/upstream-drafts/_fix_prelu_not_4d_for_xnnpack.md is still to file.
     """
     if node.op != "call_function" or node.target is not torch.ops.aten.prelu.default:
         return False

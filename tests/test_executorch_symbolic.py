@@ -1,15 +1,22 @@
 """Symbolic sizes through ExecuTorch's lowering (exporters/executorch_symbolic.py).
 
 Each export here is dynamic and validated on the written ``.pte`` at the sample shape and at a second shape
-that moves every dynamic dim, so a dim the lowering made static shows as a failure, not as a pass.
+that moves every dynamic dim, so a dim the lowering made static shows as a failure, not as a pass; the dim
+orders of data-dependent sizes are exported static, as a model's count of matches is.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from exporters.executorch_symbolic import LoweringSpecialisedError, decide_sym_min_max, require_dims_kept
+from exporters.executorch_symbolic import (
+    LoweringSpecialisedError,
+    decide_sym_min_max,
+    dim_order_by_multiples,
+    require_dims_kept,
+)
 
 
 class BoundedTopk(torch.nn.Module):
@@ -72,3 +79,31 @@ def test_a_dim_lost_in_lowering_is_named():
     with pytest.raises(LoweringSpecialisedError, match=r"specialised input_ids dim 0, input_ids dim 1,"):
         require_dims_kept(exported, lowered)
     require_dims_kept(exported, exported)  # nothing lost: no error
+
+
+class WhereRows(torch.nn.Module):
+    """``torch.where`` positions stacked as rows: a contiguous ``[2, count]`` tensor with strides ``(count, 1)``,
+    ``count`` data-dependent (Splinter's question positions)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack(torch.where(x > 0)) * 2
+
+
+def test_dim_order_of_a_data_dependent_count_comes_from_its_multiples(executorch_needs):
+    inputs = {"x": torch.randn(4, 5, generator=torch.Generator().manual_seed(3))}
+    executorch_needs(
+        WhereRows(), inputs, "_patch_dim_order_of_unbacked_strides",
+        r"GuardOnDataDependentSymNode: Could not guard on data-dependent expression u\d+ < 1",
+    )  # fmt: skip
+
+
+def test_strides_are_ordered_by_multiples_and_an_unrelated_pair_stays_undecided():
+    env = ShapeEnv()
+    u0, u1 = env.create_unbacked_symint(), env.create_unbacked_symint()
+    assert dim_order_by_multiples((u0, 1)) == (0, 1)  # row-major [2, u0]
+    assert dim_order_by_multiples((1, u0)) == (1, 0)  # column-major, as torch makes nonzero
+    assert dim_order_by_multiples((384 * u0, 384, 1)) == (0, 1, 2)
+    assert dim_order_by_multiples((u0 + u1 + 16, 1)) == (0, 1)
+    assert dim_order_by_multiples((u0, u1)) is None  # no fact orders them: ExecuTorch's error stands
+    assert dim_order_by_multiples((4, 3, 1, 1)) == (0, 1, 2, 3)  # concrete ties keep dim order, as ExecuTorch's
+    assert dim_order_by_multiples((3, 1, 3, 3)) == (0, 2, 3, 1)

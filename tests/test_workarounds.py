@@ -87,6 +87,10 @@ COVERAGE: dict[str, list[str]] = {
         "test_executorch_symbolic.py::test_sym_min_of_a_bounded_size_is_that_size",
         "test_executorch_symbolic.py::test_undecided_sym_min_is_left_for_the_verifier",
     ],
+    "_patch_dim_order_of_unbacked_strides": [
+        "test_executorch_symbolic.py::test_dim_order_of_a_data_dependent_count_comes_from_its_multiples",
+        "test_executorch_symbolic.py::test_strides_are_ordered_by_multiples_and_an_unrelated_pair_stays_undecided",
+    ],
     "_fix_empty_specialised_by_dim_order": [
         "test_executorch_symbolic.py::test_new_empty_of_symbolic_sizes_keeps_them_dynamic",
     ],
@@ -230,6 +234,7 @@ COVERAGE: dict[str, list[str]] = {
     ],
     "_patch_edge_dtype_check_specialising_list_returns": [
         "test_executorch.py::test_edge_verifier_keeps_a_dynamic_dim_split_by_a_list_returning_op",
+        "test_executorch.py::test_edge_verifier_accepts_a_static_split_by_data_dependent_sizes",
     ],
     "_patch_partition_fusing_sorts_in_place": [
         "test_executorch_lowering.py::test_patch_sorts_in_place_instead_of_copying_the_graph_per_partition",
