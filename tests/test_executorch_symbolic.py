@@ -8,11 +8,14 @@ orders of data-dependent sizes are exported static, as a model's count of matche
 from __future__ import annotations
 
 import pytest
+import sympy
 import torch
+from pte_runtime import run_pte
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from exporters.executorch_symbolic import (
     LoweringSpecialisedError,
+    cancel_exact_floor_divisions,
     decide_sym_min_max,
     dim_order_by_multiples,
     require_dims_kept,
@@ -107,3 +110,51 @@ def test_strides_are_ordered_by_multiples_and_an_unrelated_pair_stays_undecided(
     assert dim_order_by_multiples((u0, u1)) is None  # no fact orders them: ExecuTorch's error stands
     assert dim_order_by_multiples((4, 3, 1, 1)) == (0, 1, 2, 3)  # concrete ties keep dim order, as ExecuTorch's
     assert dim_order_by_multiples((3, 1, 3, 3)) == (0, 2, 3, 1)
+
+
+class RelativeShift(torch.nn.Module):
+    """XLNet's relative shift (``rel_shift_bnij``): scores over 2 * sequence relative positions reshaped with
+    the two last dims swapped, the first row dropped, and reshaped back; torch leaves a ``(s**2)//s`` in the
+    symbolic sizes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 8)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(input_ids)
+        q = x.reshape(x.shape[0], x.shape[1], 2, 4)
+        scores = torch.einsum("bind,bjnd->bnij", q, torch.cat([q, q.flip(1)], dim=1))  # [b, 2, s, 2s]
+        size = scores.shape
+        shifted = scores.reshape(size[0], size[1], size[3], size[2])[:, :, 1:, :]
+        shifted = shifted.reshape(size[0], size[1], size[2], size[3] - 1)
+        return torch.index_select(shifted, 3, torch.arange(input_ids.shape[1]))
+
+
+def test_planned_sizes_of_exact_divisions_fit_and_the_pte_loads(tmp_path):
+    """Bounded as ``max(n) // min(d)``, ``(s**2)//s`` made a tensor larger than the arena planned for it, and
+    the written ``.pte`` did not load (0x21, MemoryAllocationFailed)."""
+    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+
+    model = RelativeShift().eval()
+    inputs = {"input_ids": torch.randint(0, 16, (2, 8), generator=torch.Generator().manual_seed(5))}
+    fixed = ExecutorchExporter(ExecutorchConfig(dynamic=True)).export(model, inputs, validate=True)
+    assert fixed.metadata.workarounds_fired["_patch_upper_bound_of_exact_divisions"] >= 1
+    assert [shape.status for shape in fixed.validation.shapes] == ["pass", "pass"]
+
+    without = ExecutorchConfig(dynamic=True, without=frozenset({"_patch_upper_bound_of_exact_divisions"}))
+    unfixed = ExecutorchExporter(without).export(model, inputs).save(tmp_path / "unfixed", validate=False)
+    with pytest.raises(RuntimeError, match=r"Failed to load method forward, error: 0x:?21"):
+        run_pte(unfixed["artifact"], [inputs["input_ids"]])
+
+
+def test_exact_floor_divisions_are_cancelled_and_inexact_ones_kept():
+    from torch.utils._sympy.functions import FloorDiv
+
+    s = sympy.Symbol("s", integer=True, positive=True)
+    assert cancel_exact_floor_divisions(FloorDiv((2 * s - 1) * FloorDiv(s**2, s), s)) == 2 * s - 1
+    assert cancel_exact_floor_divisions(4 * s * FloorDiv(s**2, s)) == 4 * s**2
+    inexact = FloorDiv(s**2 + 1, s)
+    assert cancel_exact_floor_divisions(inexact) == inexact
+    halves = FloorDiv(3 * s, 2)  # 3/2 * s is a polynomial, but not with integer coefficients
+    assert cancel_exact_floor_divisions(halves) == halves

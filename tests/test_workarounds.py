@@ -87,6 +87,10 @@ COVERAGE: dict[str, list[str]] = {
         "test_executorch_symbolic.py::test_sym_min_of_a_bounded_size_is_that_size",
         "test_executorch_symbolic.py::test_undecided_sym_min_is_left_for_the_verifier",
     ],
+    "_patch_upper_bound_of_exact_divisions": [
+        "test_executorch_symbolic.py::test_planned_sizes_of_exact_divisions_fit_and_the_pte_loads",
+        "test_executorch_symbolic.py::test_exact_floor_divisions_are_cancelled_and_inexact_ones_kept",
+    ],
     "_patch_dim_order_of_unbacked_strides": [
         "test_executorch_symbolic.py::test_dim_order_of_a_data_dependent_count_comes_from_its_multiples",
         "test_executorch_symbolic.py::test_strides_are_ordered_by_multiples_and_an_unrelated_pair_stays_undecided",
