@@ -437,14 +437,15 @@ _FOURIER_SCALE = {  # (norm, forward?) → exponent e of the factor size**-e
 
 
 def fourier_transform_as_matmuls(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Write ``torch.fft.fft``/``fftn`` (and their inverses) over dims of static size as real DFT matmuls.
+    """Write ``torch.fft.fft``/``fftn`` (and their inverses) as real DFT matmuls.
 
     Along a dim of size N the DFT is a product with the N×N matrix exp(∓2πi·jk/N): with C = cos(2π·jk/N) and
     S = sin(2π·jk/N) (symmetric), the forward transform of a + ib is (C·a + S·b) + i(C·b − S·a), the inverse
     flips the sign of S; ``norm`` scales each dim by 1, 1/√N or 1/N. The tables are built in the graph from
-    ``arange`` (jk reduced mod N first, so large products keep their precision). The result is
-    ``view_as_complex`` of the (..., 2) pair, which ``split_complex_arithmetic`` then carries on as reals.
-    Only ``s``/``n`` left at None (no padding or cropping) and float inputs; returns True when it rewrote.
+    ``arange`` (jk reduced mod N first, so large products keep their precision), so a symbolic N (a dynamic
+    sequence) stays symbolic. The result is ``view_as_complex`` of the (..., 2) pair, which
+    ``split_complex_arithmetic`` then carries on as reals. Only ``s``/``n`` left at None (no padding or
+    cropping) and float inputs; returns True when it rewrote.
     """
     if node.op != "call_function" or node.target not in _FOURIER_TRANSFORMS:
         return False
@@ -457,7 +458,7 @@ def fourier_transform_as_matmuls(graph_module: torch.fx.GraphModule, node: torch
     real_dtype = _REAL_OF.get(value.dtype, value.dtype)
     if node_argument(node, 1, "s" if takes_dims else "n", None) is not None or real_dtype not in (torch.float32, torch.float64):
         return False
-    if not dims or not all(isinstance(size, int) for size in sizes):
+    if not dims:
         return False
     aten, emit = torch.ops.aten, emitter(graph_module, node)
     real, imaginary = source, None
@@ -465,8 +466,9 @@ def fourier_transform_as_matmuls(graph_module: torch.fx.GraphModule, node: torch
         pair = emit(aten.view_as_real.default, source)
         real, imaginary = emit(aten.select.int, pair, -1, 0), emit(aten.select.int, pair, -1, 1)
     for dim, size in zip(dims, sizes, strict=True):
+        length = size if isinstance(size, int) else emit(aten.sym_size.int, source, dim)
         # exp(∓2πi·jk/N) = C ∓ iS: the inverse's +iS is the forward's with S negated.
-        cosine, sine = _dft_tables(emit, size, size ** -_FOURIER_SCALE[norm, forward], 1 if forward else -1, real_dtype, value.device)
+        cosine, sine = _dft_tables(emit, length, _FOURIER_SCALE[norm, forward], 1 if forward else -1, real_dtype, value.device)
 
         def along(x: torch.fx.Node, table: torch.fx.Node, dim: int = dim) -> torch.fx.Node:
             product = emit(aten.matmul.default, emit(aten.transpose.int, x, dim, -1), table)
@@ -481,15 +483,24 @@ def fourier_transform_as_matmuls(graph_module: torch.fx.GraphModule, node: torch
     return replace_node(graph_module, node, result)
 
 
-def _dft_tables(emit: Callable, size: int, scale: float, sine_sign: int, dtype: torch.dtype, device: torch.device) -> tuple[Any, Any]:
-    """``scale``·cos and ``sine_sign``·``scale``·sin of 2π·jk/N for j, k < N, as graph nodes."""
+def _dft_tables(emit: Callable, length: Any, scale_exponent: float, sine_sign: int, dtype: torch.dtype, device: torch.device) -> tuple[Any, Any]:
+    """N**-``scale_exponent``·cos and ``sine_sign``·N**-``scale_exponent``·sin of 2π·jk/N for j, k < N, as graph
+    nodes. ``length`` is N, an int or a ``sym_size`` node; N enters the arithmetic as a 0-d tensor (the sum of
+    ``arange``'s ones), so no operator takes a symbolic scalar."""
     aten = torch.ops.aten
-    index = emit(aten.arange.default, size, dtype=torch.int64, device=device)
+    index = emit(aten.arange.default, length, dtype=torch.int64, device=device)
+    count = emit(aten.sum.default, emit(aten.ones_like.default, index))
     products = emit(aten.mul.Tensor, emit(aten.unsqueeze.default, index, 1), emit(aten.unsqueeze.default, index, 0))
-    turns = emit(aten._to_copy.default, emit(aten.remainder.Scalar, products, size), dtype=dtype)
-    angle = emit(aten.mul.Tensor, turns, 2 * math.pi / size)
-    cosine = emit(aten.mul.Tensor, emit(aten.cos.default, angle), scale)
-    return cosine, emit(aten.mul.Tensor, emit(aten.sin.default, angle), sine_sign * scale)
+    turns = emit(aten._to_copy.default, emit(aten.remainder.Tensor, products, count), dtype=dtype)
+    real_count = emit(aten._to_copy.default, count, dtype=dtype)
+    angle = emit(aten.div.Tensor, emit(aten.mul.Tensor, turns, 2 * math.pi), real_count)
+    cosine, sine = emit(aten.cos.default, angle), emit(aten.sin.default, angle)
+    if sine_sign < 0:
+        sine = emit(aten.neg.default, sine)
+    if scale_exponent:
+        scale = emit(aten.pow.Tensor_Scalar, real_count, -scale_exponent)
+        cosine, sine = emit(aten.mul.Tensor, cosine, scale), emit(aten.mul.Tensor, sine, scale)
+    return cosine, sine
 
 
 def _complex_constants(program: Any) -> dict[str, tuple[dict[str, Any], str]]:

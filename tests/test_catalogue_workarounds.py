@@ -355,6 +355,19 @@ def test_fourier_rewrite_matches_torch_fft():
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
 
 
+
+def test_fourier_rewrite_keeps_a_dynamic_length_symbolic():
+    """Exported with a dynamic batch and length, the tables follow N: the graph matches torch.fft at a length
+    other than the sample's."""
+    torch.manual_seed(0)
+    dims = {"x": {0: torch.export.Dim("batch", max=4), 1: torch.export.Dim("length", min=2, max=64)}}
+    program = torch.export.export(FourierMixing(), (torch.randn(2, 8, 32),), dynamic_shapes=dims)
+    assert sum(fourier_transform_as_matmuls(program.graph_module, node) for node in list(program.graph.nodes)) == 5
+    split_complex_arithmetic(program.graph_module, program)
+    other = torch.randn(3, 13, 32)
+    for got, expected in zip(program.module()(other), FourierMixing()(other), strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
+
 def _is_complex_node(node: torch.fx.Node) -> bool:
     value = node.meta.get("val")
     return isinstance(value, torch.Tensor) and value.dtype.is_complex
@@ -375,6 +388,17 @@ def test_executorch_needs_fft_as_matmuls(executorch_needs):
         FNetMixer(), {"x": torch.randn(2, 8, 16)}, "_fix_fft_not_core_aten", r"aten\._fft_c2c\.default is not in Core ATen opset"
     )
     assert fixed.metadata.workarounds_fired["_fix_complex_rotary_for_executorch"] == 1  # it carried the pair on
+
+
+def test_executorch_needs_fft_as_matmuls_with_a_dynamic_sequence(executorch_needs):
+    """FNet exported with a dynamic sequence: the .pte matches eager at the sample and at a second length."""
+    torch.manual_seed(0)
+    shapes = {"x": {1: torch.export.Dim("sequence", min=2, max=16)}}
+    fixed = executorch_needs(
+        FNetMixer(), {"x": torch.randn(2, 8, 16)}, "_fix_fft_not_core_aten",
+        r"aten\._fft_c2c\.default is not in Core ATen opset", dynamic_shapes=shapes,
+    )  # fmt: skip
+    assert [shape.status for shape in fixed.validation.shapes] == ["pass", "pass"]
 
 
 # ── vmap-built attention masks ──
