@@ -66,6 +66,7 @@ from exporters.utils import (
     apply_fx_node_fixes,
     apply_fx_program_fixes,
     installed_patches,
+    record_hit,
     register_fx_node_fix,
     register_fx_program_fix,
     register_patch,
@@ -437,7 +438,7 @@ def _patch_moe_experts_batched_mm(original: Callable) -> Callable:
 
 @register_patch(
     "executorch", "executorch.exir.verification.verifier._check_tensor_args_matching_op_allowed_dtype",
-    dependency="executorch",
+    dependency="executorch", counts_itself=True,
 )  # fmt: skip
 def _patch_edge_dtype_check_specialising_list_returns(original: Callable) -> Callable:
     """Stop the edge verifier's dtype check from guarding on a symbolic dim of an op that returns ``Tensor[]``.
@@ -456,13 +457,16 @@ def _patch_edge_dtype_check_specialising_list_returns(original: Callable) -> Cal
     validator sees a list, checks its dtype, and guards nothing; the meta is restored after. Static exports need
     it too: a split by data-dependent sizes (JetMoE's mixture of attention heads, ``inputs.split(expert_size)``)
     gives the first piece an unbacked dim 0, and there the guard fails (``Could not extract specialized integer
-    from data-dependent expression u224``). Not reported upstream yet: the ready-to-file issue, with its
+    from data-dependent expression u224``). Hits count the wrapped lists whose first tensor has a symbolic size,
+    the ones the check would have guarded on (the check runs on every program). Not reported upstream yet: the ready-to-file issue, with its
     reproducer, is docs/upstream-drafts/_patch_edge_dtype_check_specialising_list_returns.md.
     """
 
     def check(graph_module: torch.fx.GraphModule) -> None:
         wrapped = [node for node in graph_module.graph.nodes if _single_list_return(node)]
         for node in wrapped:
+            if node.meta["val"] and any(isinstance(size, torch.SymInt) for size in node.meta["val"][0].shape):
+                record_hit("_patch_edge_dtype_check_specialising_list_returns")
             node.meta["val"] = (node.meta["val"],)
         try:
             return original(graph_module)
