@@ -57,6 +57,23 @@ def _value(argument: Any) -> Any:
     return argument.meta.get("val") if isinstance(argument, torch.fx.Node) else argument
 
 
+def _known_at_most(a: int | torch.SymInt, b: int | torch.SymInt) -> bool:
+    """Whether ``a <= b`` holds for every size the export accepts.
+
+    ``statically_known_true`` alone is not enough: under ``Dim.AUTO(max=...)`` torch.export applies the upper
+    bound after tracing, and the shape environment's cache of static answers keeps what it found during tracing,
+    when the range was still unbounded (MPT's ``max(0, 2048 - s)`` stays undecided with ``s`` in [2, 128]).
+    The value ranges themselves are current, so the difference's upper bound over them decides it too.
+    """
+    if statically_known_true(a <= b):
+        return True
+    difference = a - b
+    if not isinstance(difference, torch.SymInt):
+        return difference <= 0
+    upper = bound_sympy(difference.node.expr, difference.node.shape_env.var_to_range).upper
+    return bool(upper <= 0)
+
+
 def decide_sym_min_max(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Replace ``torch.sym_min(a, b)`` / ``torch.sym_max(a, b)`` by the argument that the bounds prove it is.
 
@@ -72,7 +89,7 @@ def decide_sym_min_max(graph_module: torch.fx.GraphModule, node: torch.fx.Node) 
     if not all(isinstance(v, (int, torch.SymInt)) for v in (a, b)):
         return False
     # Decided by the shape environment's value ranges, which hold the Dim bounds the export declared.
-    smaller = first if statically_known_true(a <= b) else second if statically_known_true(b <= a) else None
+    smaller = first if _known_at_most(a, b) else second if _known_at_most(b, a) else None
     if smaller is None:
         return False
     larger = second if smaller is first else first

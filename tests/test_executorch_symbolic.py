@@ -76,6 +76,31 @@ def test_undecided_sym_min_is_left_for_the_verifier():
     assert any(n.target is torch.sym_min for n in program.graph.nodes)
 
 
+class AlibiWindow(torch.nn.Module):
+    """MPT's attention bias window: ``bias[:, max(0, bias.size(1) - length):]`` over a bias as long as the largest
+    context (2,048), which the slice's bounds check reads while tracing, before the export's upper bound holds."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        bias = torch.arange(2048.0).expand(input_ids.shape[0], 2048)
+        return bias[:, max(0, 2048 - input_ids.shape[1]) :] + input_ids
+
+
+def test_sym_max_decided_by_the_bound_dim_auto_applies_after_tracing():
+    dims = {"input_ids": {0: torch.export.Dim.AUTO(min=1, max=8), 1: torch.export.Dim.AUTO(min=1, max=128)}}
+    program = torch.export.export(AlibiWindow(), (), {"input_ids": torch.ones(2, 8)}, dynamic_shapes=dims)
+    nodes = [n for n in program.graph.nodes if n.target is torch.sym_max]
+    assert nodes, program.graph
+    assert decide_sym_min_max(program.graph_module, nodes[0])  # 2048 - s >= 0 for every s <= 128
+    assert not any(n.target is torch.sym_max for n in program.graph.nodes)
+
+
+def test_alibi_window_exports_dynamic(executorch_needs):
+    executorch_needs(
+        AlibiWindow(), {"input_ids": torch.ones(2, 8)}, "_fix_sym_min_max_decided_by_bounds", r"^AssertionError: $",
+        dynamic=True,
+    )  # fmt: skip
+
+
 def test_a_dim_lost_in_lowering_is_named():
     exported = {"input_ids": {"0": {}, "1": {}}, "attention_mask": {"0": {}, "1": {}}}
     lowered = {"attention_mask": {"0": {}, "1": {}}}
