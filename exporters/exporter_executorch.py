@@ -23,6 +23,7 @@ tracing if a dim it leaves dynamic has no upper bound.
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -178,7 +179,7 @@ class ExecutorchExporter:
                 apply_node_fixes(program, config.backend)
             exported_dims = dynamic_dim_ranges(program)
             with clock("to_edge_transform_and_lower"):
-                edge = to_edge_transform_and_lower(program, partitioner=partitioners)
+                edge = to_edge_transform_and_lower(_owning_its_dicts(program), partitioner=partitioners)
             require_dims_kept(exported_dims, dynamic_dim_ranges(edge.exported_program()))
             with clock("to_executorch"):
                 lowered = edge.to_executorch(_backend_config(edge.exported_program()))
@@ -214,6 +215,21 @@ class ExecutorchExporter:
             return None
         spec = bounded_dynamic_shapes(inputs, self.config.max_batch, self.config.max_sequence)
         return without_static_dims(spec, inputs, self.config.static_dims)
+
+
+def _owning_its_dicts(program: ExportedProgram) -> ExportedProgram:
+    """``program`` for ExecuTorch to lower: the same graph and tensors, in state_dict and constants dicts of its own.
+
+    Delegation removes each constant it moved into a delegate from the program it lowers (ExecuTorch 1.5.1,
+    ``_unsafe_adjust_original_program`` in exir/lowered_backend_module.py), and the edge program shares the
+    constants dict torch.export made, so afterwards ``program.module()`` (which the second validation shape's
+    guards come from, and which a user may call) fails with ``KeyError`` on every non-persistent buffer or
+    lifted constant an XNNPACK partition consumed (Nemotron3_5TranscribeAudioModel's speaker embedding).
+    """
+    lowered = copy.copy(program)
+    lowered._state_dict = dict(program.state_dict)
+    lowered._constants = dict(program.constants)
+    return lowered
 
 
 def bounded_dynamic_shapes(inputs: Mapping[str, Any], max_batch: int, max_sequence: int) -> dict[str, Any]:

@@ -135,6 +135,31 @@ def test_a_mutated_buffer_keeps_its_initial_value_in_the_pte():
     assert result.validation.status == "pass", result.validation.problems()
 
 
+class NonPersistentTable(torch.nn.Module):
+    """A non-persistent buffer (a lifted constant) that an XNNPACK matmul consumes, as a speaker embedding is."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.randn(4, 6), persistent=False)
+
+    def forward(self, x):
+        return x @ self.table
+
+
+def test_lowering_leaves_the_exported_program_whole():
+    """Delegation drops the constants it moved into the delegate from the program it lowers; lowered in place,
+    torch.export's program then cannot make a module (KeyError 'table'), and the second validation shape, whose
+    guards come from that module, fails (Nemotron3_5TranscribeAudioModel, OneFormer, dynamic)."""
+    torch.manual_seed(0)
+    result = ExecutorchExporter(ExecutorchConfig(dynamic=True)).export(
+        NonPersistentTable(), {"x": torch.randn(2, 8, 4)}, validate=True
+    )
+    assert result.validation.status == "pass", result.validation.problems()
+    assert [shape.label for shape in result.validation.shapes] == ["sample shape", "second shape"]
+    x = torch.ones(3, 8, 4)
+    assert torch.equal(result.program.module()(x=x), result.model(x))
+
+
 class TanhGelu(torch.nn.Module):
     """Gemma's MLP activation (``gelu_pytorch_tanh``) behind a Linear, so XNNPACK takes the whole graph."""
 
