@@ -271,7 +271,7 @@ def build_record(
         outcome = ExportOutcome(task.model, task.backend, task.dynamic, status, report.wall_seconds, error=error).as_dict()
         info.stderr_tail = _tail(settings.log_file(task))
     outcome["versions"] = outcome.get("versions") or _backend_versions(task.backend)
-    outcome["exporter_version"] = outcome.get("exporter_version") or exporter_version()
+    outcome["exporter_version"] = outcome.get("exporter_version") or report.exporters_loaded or exporter_version()
     if entry is not None:  # the record names the entry its ledger_match is about
         outcome["ledger_entry"], outcome["ledger_reason"] = entry.id, entry.reason
         info.ledger_match = classify_against_entry({**outcome, "stderr_tail": info.stderr_tail}, entry)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from bot.runner import ExportRequest, export_one
+from bot.verification import exporter_version
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # children inherit it: a sweep never reaches the hub
 
@@ -61,6 +62,7 @@ class ChildReport:
     worker_pid: int | None = None
     worker_rss_mb: float | None = None
     problem: str | None = None  # the sweep's machinery failed (a warm worker died), not the export
+    exporters_loaded: str | None = None  # exporter_version() of the code the export ran (see preload)
 
 
 def _rss_mb(usage: resource.struct_rusage) -> float:
@@ -83,14 +85,23 @@ _PRELOAD = (
 )  # fmt: skip
 
 
+_loaded_exporters: str | None = None  # exporter_version() when preload imported the exporters
+
+
 def preload(backends: Iterable[str]) -> None:
-    """Import what every export needs, so a fork starts with it and a spawned child's start-up is measurable."""
+    """Import what every export needs, so a fork starts with it and a spawned child's start-up is measurable.
+
+    Also notes the hash of ``exporters/*.py`` as imported: a warm worker runs that code for hours, and a record
+    must name it, not whatever the files hold when the record is written (an edit during a sweep).
+    """
+    global _loaded_exporters
     for module in _PRELOAD:
         importlib.import_module(module)
     for backend in backends:
         # A backend whose exporter cannot be imported is reported by each of its exports, as a failure.
         with contextlib.suppress(ImportError):
             importlib.import_module(f"exporters.exporter_{backend}")
+    _loaded_exporters = exporter_version()
 
 
 def _apply_test_hooks(model: str) -> None:
@@ -139,9 +150,8 @@ def _child_body(task: ChildTask, spawned_at: float, spawned: bool) -> NoReturn:
             request = ExportRequest(task.model, task.backend, task.dynamic, without=tuple(task.without),
                                     ignore_ledger=tuple(task.ignore_ledger))
             outcome = export_one(request)
-        _write_json_atomically(
-            Path(task.result_file), {"outcome": outcome.as_dict(), "startup_seconds": startup_seconds}
-        )
+        record = {**outcome.as_dict(), "exporter_version": _loaded_exporters}
+        _write_json_atomically(Path(task.result_file), {"outcome": record, "startup_seconds": startup_seconds})
         code = 0
     except BaseException:
         traceback.print_exc()
@@ -209,6 +219,7 @@ def _fork_export(task: ChildTask, protocol_fd: int) -> ChildReport:
     report = supervise(pid, task.timeout, started)
     report.worker_pid = parent
     report.worker_rss_mb = _rss_mb(resource.getrusage(resource.RUSAGE_SELF))
+    report.exporters_loaded = _loaded_exporters
     return report
 
 
