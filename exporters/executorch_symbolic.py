@@ -25,6 +25,7 @@ them.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,7 +40,7 @@ from torch.fx.experimental.symbolic_shapes import (
 from torch.utils._sympy.functions import FloorDiv
 from torch.utils._sympy.value_ranges import bound_sympy
 
-from exporters.fx_rewrites import replace_node
+from exporters.fx_rewrites import emitter, replace_node
 from exporters.utils import record_hit, register_fx_node_fix, register_patch
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "decide_sym_min_max",
     "dim_order_by_multiples",
     "empty_as_zeros",
+    "python_mod_as_floor_division",
     "require_dims_kept",
 ]
 
@@ -116,6 +118,39 @@ def _fix_sym_min_max_decided_by_bounds(graph_module: torch.fx.GraphModule, node:
     functions, the comment to add there is docs/upstream-drafts/_fix_sym_min_max_decided_by_bounds.md.
     """
     return decide_sym_min_max(graph_module, node)
+
+
+def python_mod_as_floor_division(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write a size's ``a % b`` as ``a - (a // b) * b`` unless ``a >= 0 < b`` for every size the export accepts.
+
+    torch.export records Python's ``%`` (the remainder takes the divisor's sign: ``-8 % 128 == 120``), and
+    ExecuTorch runs the node as ``executorch_prim::mod.Scalar``, which is C++'s ``%`` (the dividend's sign:
+    ``-120``; kernels/prim_ops/register_prim_ops.cpp in 1.5.1), while its ``floordiv.Scalar`` floors as Python
+    does. The floor-division form is Python's remainder in both. Where both signs are known, the two agree and
+    the node is left alone. Returns True when it replaced ``node``.
+    """
+    if node.op != "call_function" or node.target is not operator.mod or not isinstance(_value(node), torch.SymInt):
+        return False
+    dividend, divisor = node.args
+    if _known_at_most(0, _value(dividend)) and _known_at_most(1, _value(divisor)):
+        return False
+    emit = emitter(graph_module, node)
+    multiple = emit(operator.mul, emit(operator.floordiv, dividend, divisor), divisor)
+    return replace_node(graph_module, node, emit(operator.sub, dividend, multiple))
+
+
+@register_fx_node_fix("executorch", dependency="executorch")
+def _fix_size_remainder_of_a_negative(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Give ExecuTorch's runtime Python's remainder of a size expression that may be negative.
+
+    LongT5's local attention pads the sequence to a multiple of the block length with ``(-s) % block_len``
+    (``_pad_to_multiple``, modeling_longt5.py:91); the runtime computed ``-s`` there, so the padded length and the
+    block count were 0 and the next size, ``padded // blocks``, divided by zero: the dynamic ``.pte`` killed its
+    process with SIGFPE (or SIGSEGV) at every input shape, while the static one, whose sizes are constants,
+    passes. See :func:`python_mod_as_floor_division`; the report to file is
+    docs/upstream-drafts/_fix_size_remainder_of_a_negative.md.
+    """
+    return python_mod_as_floor_division(graph_module, node)
 
 
 def empty_as_zeros(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:

@@ -7,10 +7,12 @@ orders of data-dependent sizes are exported static, as a model's count of matche
 
 from __future__ import annotations
 
+import operator
+
 import pytest
 import sympy
 import torch
-from pte_runtime import run_pte
+from pte_runtime import run_pte, run_pte_in_child
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from exporters.executorch_symbolic import (
@@ -18,6 +20,7 @@ from exporters.executorch_symbolic import (
     cancel_exact_floor_divisions,
     decide_sym_min_max,
     dim_order_by_multiples,
+    python_mod_as_floor_division,
     require_dims_kept,
 )
 
@@ -183,3 +186,53 @@ def test_exact_floor_divisions_are_cancelled_and_inexact_ones_kept():
     assert cancel_exact_floor_divisions(inexact) == inexact
     halves = FloorDiv(3 * s, 2)  # 3/2 * s is a polynomial, but not with integer coefficients
     assert cancel_exact_floor_divisions(halves) == halves
+
+
+class BlockPadding(torch.nn.Module):
+    """LongT5's local-attention blocks: the sequence padded to a multiple of a block longer than any sequence
+    with ``(-s) % block``, then cut into blocks whose length is read back as ``padded // blocks``."""
+
+    block = 16
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 4)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(input_ids)
+        padded = torch.nn.functional.pad(x, (0, 0, 0, -x.shape[1] % self.block))
+        blocks = padded.shape[1] // self.block
+        return padded.reshape(x.shape[0], blocks, padded.shape[1] // blocks, x.shape[2]).sum(2)
+
+
+def test_remainder_of_a_negative_size_is_pythons_in_the_pte(tmp_path):
+    """ExecuTorch computes a size's ``%`` as C++ does (``-8 % 16 == -8``): the padded length and the block count
+    come out 0, and the runtime rejects a kernel's arguments (0x12) or, in LongT5, ``padded // blocks`` kills the
+    process (SIGFPE); with the fix, the ``.pte`` runs and both validation shapes pass."""
+    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+
+    inputs = {"input_ids": torch.randint(0, 16, (2, 8), generator=torch.Generator().manual_seed(3))}
+    ids = [inputs["input_ids"]]
+    fixed = ExecutorchExporter(ExecutorchConfig(dynamic=True)).export(BlockPadding(), inputs)
+    assert fixed.metadata.workarounds_fired["_fix_size_remainder_of_a_negative"] >= 1
+    # In a child first: a .pte that kills its process must fail this test, not end the test session.
+    child = run_pte_in_child(fixed.save(tmp_path / "fixed", validate=False)["artifact"], ids)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert [shape.status for shape in fixed.validate().shapes] == ["pass", "pass"]
+
+    without = ExecutorchConfig(dynamic=True, without=frozenset({"_fix_size_remainder_of_a_negative"}))
+    unfixed = ExecutorchExporter(without).export(BlockPadding(), inputs).save(tmp_path / "unfixed", validate=False)
+    child = run_pte_in_child(unfixed["artifact"], ids)
+    assert child.returncode < 0 or "method->execute() failed" in child.stderr, child.stderr[-2000:]
+
+
+def test_remainder_of_sizes_known_non_negative_is_left_alone():
+    dims = {"x": {1: torch.export.Dim.AUTO(min=2, max=64)}}
+
+    class Remainders(torch.nn.Module):
+        def forward(self, x):
+            return x[:, : x.shape[1] % 5 + 1], x[:, : -x.shape[1] % 5 + 1]
+
+    program = torch.export.export(Remainders(), (), {"x": torch.ones(2, 8)}, dynamic_shapes=dims)
+    mods = [n for n in program.graph.nodes if n.target is operator.mod]
+    assert [python_mod_as_floor_division(program.graph_module, n) for n in mods] == [False, True]
