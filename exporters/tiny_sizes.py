@@ -41,6 +41,7 @@ _LAYER_FIELDS = (
 _INTERMEDIATE_FIELDS = (
     "intermediate_size", "hidden_dim", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff",
     "moe_intermediate_size", "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
+    "moe_hidden_size",  # MuseSpark's experts run at their own width (4,096), projected from and back to hidden
 )
 _LIST_WIDTH_FIELDS = ("hidden_sizes", "conv_dim", "embed_dims", "neck_hidden_sizes")
 _LIST_DEPTH_FIELDS = ("depths",)

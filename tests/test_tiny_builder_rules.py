@@ -194,6 +194,14 @@ def test_per_layer_embedding_vocabularies_shrink_with_the_vocabulary():
     assert shrink_config(Gemma4TextConfig()).vocab_size_per_layer_input == VOCAB
 
 
+def test_expert_widths_of_their_own_shrink_too():
+    """Was: ``std::bad_alloc`` loading MuseSpark's dynamic ``.pte``: experts 4,096 wide (``moe_hidden_size``) gathered
+    per routed token planned 6.5 GB for the largest batch and sequence."""
+    from transformers import MuseSparkTextConfig
+
+    assert shrink_config(MuseSparkTextConfig()).moe_hidden_size == shrink_config(MuseSparkTextConfig()).intermediate_size
+
+
 def test_encoder_layer_counts_shrink_with_the_rest():
     """Was: ProphetNet's 12 encoder layers (``num_encoder_layers``) left a 12-layer decoder cache with 10
     layers of None: ``the program returns non-tensor leaves``."""
