@@ -9,6 +9,8 @@ import json
 import os
 import random
 import string
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -451,11 +453,31 @@ def test_fresh_process_sweep_kills_a_hang_and_survives_a_crash(
     hang, crash = records["BertModel"], records["GPT2Model"]
     assert (hang["status"], hang["signal"], hang["runner"]) == ("timeout", 9, "spawn")
     assert 3 <= hang["wall_seconds"] < 10
-    assert "Timeout" in hang["stderr_tail"]  # faulthandler's stack of the hung child, dumped before the kill
+    assert "in _apply_test_hooks" in hang["stderr_tail"]  # the hung child's stack, dumped before the kill
     assert (crash["status"], crash["signal"]) == ("crashed", 11)
     for child in (hang["child_pid"], crash["child_pid"]):
         with pytest.raises(ProcessLookupError):
             os.killpg(child, 0)  # nothing of either export is left running
+
+
+def test_the_stack_dump_before_the_deadline_survives_a_deep_recursion(tmp_path: Path) -> None:
+    """The dump is the main thread's own (SIGALRM), taken mid-recursion, and the process goes on. The watchdog
+    thread of ``faulthandler.dump_traceback_later`` segfaulted the same loop here (dumping every second: exit
+    139 after 4 dumps)."""
+    code = (
+        "import sys, time; sys.setrecursionlimit(100000)\n"
+        "from bot.sweep.worker import _dump_stack_before_the_deadline\n"
+        "def deep(n): return 0 if n == 0 else deep(n - 1) + 1\n"
+        "_dump_stack_before_the_deadline(0.5)\n"
+        "end = time.time() + 3\n"
+        "while time.time() < end: deep(20000)\n"
+        "print('survived')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert (done.returncode, done.stdout.strip()) == (0, "survived"), done.stderr[-2000:]
+    # "Stack": the interrupted thread dumped its own frames ("Thread 0x...": another thread read them)
+    assert "Stack (most recent call first):" in done.stderr and "line 3 in deep" in done.stderr
 
 
 def test_the_warm_worker_builds_xnnpack_pattern_graphs_for_its_children() -> None:

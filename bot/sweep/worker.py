@@ -119,6 +119,19 @@ def _write_json_atomically(path: Path, data: Any) -> None:
     temporary.replace(path)  # a child killed mid-write leaves no half a result behind
 
 
+def _dump_stack_before_the_deadline(seconds: float) -> None:
+    """A hang leaves a Python stack in the log: dumped ``seconds`` from now (90% of the supervisor's timeout).
+
+    By SIGALRM, which the kernel delivers to the main thread, where faulthandler's handler dumps the frames of
+    the thread it interrupted. Not ``faulthandler.dump_traceback_later``: its watchdog thread reads the main
+    thread's frames while they change, and in a deep recursion (sympy printing a long guard) that read
+    segfaults; every SIGSEGV the sweeps recorded was at exactly 90% of the timeout (540 s of 600, 1,620 of
+    1,800), a slow export reported as a crash.
+    """
+    faulthandler.register(signal.SIGALRM, all_threads=False)
+    signal.setitimer(signal.ITIMER_REAL, max(0.1, seconds))
+
+
 def _child_body(task: ChildTask, spawned_at: float, spawned: bool) -> NoReturn:
     """Run one export under the memory cap and write its outcome; always ends the process, never returns.
 
@@ -130,8 +143,7 @@ def _child_body(task: ChildTask, spawned_at: float, spawned: bool) -> NoReturn:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         faulthandler.enable()  # a segfault leaves a Python traceback in the log
-        # A hang leaves one too: dumped at 90% of the supervisor's timeout, which started at the spawn.
-        faulthandler.dump_traceback_later(max(0.1, task.timeout * 0.9 - (time.time() - spawned_at)))
+        _dump_stack_before_the_deadline(task.timeout * 0.9 - (time.time() - spawned_at))
         if task.memory_gb > 0:
             limit = int(task.memory_gb * 2**30)
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
