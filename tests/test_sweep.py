@@ -3,14 +3,17 @@ isolated runs (warm fork worker and fresh processes) including a segfault and a 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import fnmatch
 import json
 import os
 import random
+import signal
 import string
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -458,6 +461,53 @@ def test_fresh_process_sweep_kills_a_hang_and_survives_a_crash(
     for child in (hang["child_pid"], crash["child_pid"]):
         with pytest.raises(ProcessLookupError):
             os.killpg(child, 0)  # nothing of either export is left running
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` now, read from /proc (children of each of its threads)."""
+    found, todo = set(), [pid]
+    while todo:
+        for children in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                for child in map(int, children.read_text().split()):
+                    found.add(child)
+                    todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_sweep_leaves_no_worker_or_export_running(tmp_path: Path, registry: Path, stop: int) -> None:
+    """Was: SIGTERM (a CI cancel, ``kill``) ended the sweep but not its warm workers, whose exports ran on for
+    up to the timeout, orphaned. SIGTERM now stops as Ctrl-C does; even SIGKILL takes the workers down."""
+    results = tmp_path / "results.jsonl"
+    env = {**os.environ, TEST_HANG_ENV: "BertModel", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "bot", "sweep", "run", "--match", "BertModel", "--backend", "dynamo", "--static",
+         "--timeout", "300", "--results", str(results)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    log = tmp_path / "results.logs" / "BertModel-dynamo-static.log"
+    deadline = time.time() + 120
+    while not log.exists() and time.time() < deadline:  # the export's child has started (it opened its log)
+        time.sleep(0.2)
+    assert log.exists(), "the export never started"
+    below = _descendants(sweep.pid)
+    assert len(below) >= 2  # the warm worker and its export child
+    sweep.send_signal(stop)
+    output, _ = sweep.communicate(timeout=60)
+    if stop == signal.SIGTERM:
+        assert sweep.returncode == 130 and "interrupted; continue with --resume" in output, output
+    deadline = time.time() + 20
+    while any(map(_alive, below)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in below if _alive(pid)]
 
 
 def test_the_stack_dump_before_the_deadline_survives_a_deep_recursion(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -215,6 +216,7 @@ def run_command(backends: tuple[str, ...], modes: str, task: str | None, classes
     console.print(f"{len(classes)} classes, {len(tasks)} exports to run ({len(done)} already recorded), "
                   f"{jobs} job(s), {'warm fork' if settings.fork else 'fresh process'} per export")  # fmt: skip
     writer = ResultsWriter(results)
+    signal.signal(signal.SIGTERM, _interrupt)  # a CI cancel or `kill` stops the exports in flight, as Ctrl-C does
     try:
         with SweepProgress(console, len(tasks)) as progress:
 
@@ -241,6 +243,10 @@ def run_command(backends: tuple[str, ...], modes: str, task: str | None, classes
     out.print(summary_table(records, f"{results}: {len(records)} records"))
     if triage(records):
         out.print(triage_table(records, top=RUN_TOP))
+
+
+def _interrupt(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 @sweep_group.command("merge")

@@ -81,7 +81,7 @@ class WarmWorker:
     def _start(self) -> None:
         with self._log_file.open("ab") as log:
             self._process = subprocess.Popen(
-                [sys.executable, "-c", _WORKER_CODE, json.dumps(self._backends)],
+                [sys.executable, "-c", _WORKER_CODE, json.dumps(self._backends), str(os.getpid())],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,

@@ -274,8 +274,10 @@ def worker_main() -> None:
 
     Protocol: JSON lines. The worker first writes ``{"ready": pid}``, then answers each ``ChildTask`` line
     with one ``ChildReport`` line. Its stdout is reserved for that protocol (anything else printed goes to
-    stderr, i.e. the worker's log). It exits at end of input; SIGTERM ends it after killing its child.
+    stderr, i.e. the worker's log). It exits at end of input; SIGTERM ends it after killing its child. argv:
+    the backends (JSON) and the sweep's pid, whose death kills the worker (and so its child) even by SIGKILL.
     """
+    _die_with_parent(int(sys.argv[2]))
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     signal.signal(signal.SIGTERM, _raise_system_exit)
