@@ -38,13 +38,14 @@ from torch.fx.experimental.symbolic_shapes import (
     statically_known_true,
 )
 from torch.utils._sympy.functions import FloorDiv
-from torch.utils._sympy.value_ranges import bound_sympy
+from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from exporters.fx_rewrites import emitter, replace_node
 from exporters.utils import record_hit, register_fx_node_fix, register_patch
 
 __all__ = [
     "LoweringSpecialisedError",
+    "bounds_from_product_checks",
     "cancel_exact_floor_divisions",
     "decide_sym_min_max",
     "dim_order_by_multiples",
@@ -329,6 +330,72 @@ def _patch_upper_bound_of_exact_divisions(original: Callable) -> Callable:
             return bound
         record_hit("_patch_upper_bound_of_exact_divisions")
         return int(tight)
+
+    return eval_upper_bound
+
+
+def bounds_from_product_checks(shape_env: Any) -> dict[sympy.Symbol, ValueRanges]:
+    """The shape environment's value ranges, each factor of a checked product bounded by the check.
+
+    A model that reads sizes from a tensor often checks their product, ``torch._check(h * w <= max_length)``
+    with ``h, w > 0`` (Siglip2's resized position grid); torch keeps that as a runtime assert and leaves each of
+    ``h`` and ``w`` unbounded. With every factor at least 1, each is at most the limit divided by the others'
+    lower bounds. Only products of symbols and positive integers under a finite limit are read.
+    """
+    ranges = dict(shape_env.var_to_range)
+    for check in (c for checks in shape_env.deferred_runtime_asserts.values() for c in checks):
+        expr = check.expr
+        if isinstance(expr, (sympy.GreaterThan, sympy.StrictGreaterThan)):
+            expr = expr.reversed
+        if not isinstance(expr, (sympy.LessThan, sympy.StrictLessThan)):
+            continue
+        limit = bound_sympy(expr.rhs, ranges).upper - (1 if isinstance(expr, sympy.StrictLessThan) else 0)
+        factors = expr.lhs.as_ordered_factors()
+        if not isinstance(limit, sympy.Integer) or not all(
+            isinstance(f, sympy.Symbol) or (f.is_Integer and f > 0) for f in factors
+        ):
+            continue
+        lowers = [f if f.is_Integer else ranges[f].lower for f in factors]
+        if not all(isinstance(low, sympy.Integer) and low >= 1 for low in lowers):
+            continue
+        for index, factor in enumerate(factors):
+            if isinstance(factor, sympy.Symbol):
+                others = sympy.Mul(*(low for i, low in enumerate(lowers) if i != index))
+                ranges[factor] = ValueRanges(ranges[factor].lower, min(ranges[factor].upper, limit // others))
+    return ranges
+
+
+@register_patch(
+    "executorch",
+    "executorch.exir.sym_util.eval_upper_bound",
+    "executorch.exir.passes.sym_shape_eval_pass.eval_upper_bound",
+    dependency="executorch",
+    counts_itself=True,
+)  # fmt: skip
+def _patch_upper_bound_from_product_checks(original: Callable) -> Callable:
+    """Bound a data-dependent size that ExecuTorch finds unbounded by the model's own checks on its product.
+
+    Memory planning needs a finite upper bound for every planned tensor (``eval_upper_bound``, exir/sym_util.py)
+    and reads only the symbols' value ranges: Siglip2 sizes its position grid by ``spatial_shapes[i].tolist()``
+    and checks ``height * width <= max_length`` (modeling_siglip2.py:167-170), so lowering failed with
+    ``Cannot evaluate a finite upper bound for symbolic expression u88``. Where ExecuTorch gives up, the size
+    is bounded over :func:`bounds_from_product_checks` (after cancelling exact divisions, as
+    ``_patch_upper_bound_of_exact_divisions`` does); a size those checks do not bound fails as before. Hits
+    count the sizes it bounded. The report to file is docs/upstream-drafts/_patch_upper_bound_from_product_checks.md.
+    """
+
+    def eval_upper_bound(maybe_symint: int | torch.SymInt) -> int:
+        try:
+            return original(maybe_symint)
+        except RuntimeError as error:
+            if not isinstance(maybe_symint, torch.SymInt) or "Cannot evaluate a finite upper bound" not in str(error):
+                raise
+            node = maybe_symint.node
+            upper = bound_sympy(cancel_exact_floor_divisions(node.expr), bounds_from_product_checks(node.shape_env))
+            if not isinstance(upper.upper, sympy.Integer):
+                raise
+            record_hit("_patch_upper_bound_from_product_checks")
+            return int(upper.upper)
 
     return eval_upper_bound
 

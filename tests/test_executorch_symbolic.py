@@ -17,6 +17,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from exporters.executorch_symbolic import (
     LoweringSpecialisedError,
+    bounds_from_product_checks,
     cancel_exact_floor_divisions,
     decide_sym_min_max,
     dim_order_by_multiples,
@@ -236,3 +237,34 @@ def test_remainder_of_sizes_known_non_negative_is_left_alone():
     program = torch.export.export(Remainders(), (), {"x": torch.ones(2, 8)}, dynamic_shapes=dims)
     mods = [n for n in program.graph.nodes if n.target is operator.mod]
     assert [python_mod_as_floor_division(program.graph_module, n) for n in mods] == [False, True]
+
+
+class CheckedGrid(torch.nn.Module):
+    """Siglip2's resized position grid: a height and width read from a tensor, their product checked against
+    the table's length, and a tensor of that grid's size."""
+
+    def forward(self, pixel_values: torch.Tensor, spatial_shapes: torch.Tensor) -> torch.Tensor:
+        height, width = spatial_shapes[0].tolist()
+        torch._check(height > 0)
+        torch._check(width > 0)
+        torch._check(height * width <= pixel_values.shape[1])
+        grid = torch.arange(height * width, dtype=pixel_values.dtype).reshape(height, width)
+        return pixel_values[:, : height * width].sum() + grid.sum(0).sum()
+
+
+def test_products_checked_by_the_model_bound_their_factors():
+    program = torch.export.export(CheckedGrid(), (torch.randn(2, 16), torch.tensor([[2, 3]])))
+    shape_env = next(v.node.shape_env for n in program.graph.nodes if isinstance(v := n.meta.get("val"), torch.SymInt))
+    ranges = bounds_from_product_checks(shape_env)
+    unbacked = sorted((s for s in ranges if str(s).startswith("u")), key=str)
+    assert [(ranges[s].lower, ranges[s].upper) for s in unbacked] == [(1, 16), (1, 16)]
+    assert all(shape_env.var_to_range[s].upper > 16 for s in unbacked)  # torch's own ranges stay unbounded
+
+
+def test_a_grid_sized_from_a_tensor_lowers_within_its_checked_product(executorch_needs):
+    inputs = {"pixel_values": torch.randn(2, 16), "spatial_shapes": torch.tensor([[2, 3]])}
+    executorch_needs(
+        CheckedGrid(), inputs, "_patch_upper_bound_from_product_checks",
+        r"Cannot evaluate a finite upper bound for symbolic expression u\d+",
+    )  # fmt: skip
+
