@@ -40,7 +40,7 @@ from torch.fx.experimental.symbolic_shapes import (
 from torch.utils._sympy.functions import FloorDiv
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
-from exporters.fx_rewrites import emitter, replace_node
+from exporters.fx_rewrites import emitter, node_argument, replace_node
 from exporters.utils import record_hit, register_fx_node_fix, register_patch
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "decide_sym_min_max",
     "dim_order_by_multiples",
     "empty_as_zeros",
+    "empty_cat_as_zeros",
     "python_mod_as_floor_division",
     "require_dims_kept",
 ]
@@ -152,6 +153,52 @@ def _fix_size_remainder_of_a_negative(graph_module: torch.fx.GraphModule, node: 
     docs/upstream-drafts/_fix_size_remainder_of_a_negative.md.
     """
     return python_mod_as_floor_division(graph_module, node)
+
+
+def empty_cat_as_zeros(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write an ``aten.cat`` of only empty tensors with a symbolic shape as ``new_zeros`` of that shape.
+
+    The sizes are graph nodes (``sym_size`` of the inputs, the cat dim their sum), so they stay symbolic through
+    the lowering, where ExecuTorch's ``PruneEmptyTensorsPass`` would write the cat's shape into a ``full`` as
+    SymInt objects. Returns True when it replaced ``node``.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
+        return False
+    inputs, value = node.args[0], _value(node)
+    dim = node_argument(node, 1, "dim", 0) % value.dim()
+    if not all(guard_or_false(_value(i).numel() == 0) for i in inputs):
+        return False
+    if not any(isinstance(size, torch.SymInt) for size in value.shape):
+        return False
+    emit = emitter(graph_module, node)
+
+    def size(tensor: torch.fx.Node, axis: int) -> int | torch.fx.Node:
+        static = _value(tensor).shape[axis]
+        return static if isinstance(static, int) else emit(torch.ops.aten.sym_size.int, tensor, axis)
+
+    # torch.cat skips a 1-D tensor of size 0 whatever the rank (DynamicLayer's initial torch.tensor([])).
+    shaped = [tensor for tensor in inputs if _value(tensor).dim() == value.dim()]
+    sizes = [size(shaped[0], axis) for axis in range(value.dim())]
+    for part in (size(tensor, dim) for tensor in shaped[1:]):
+        both_static = isinstance(sizes[dim], int) and isinstance(part, int)
+        sizes[dim] = sizes[dim] + part if both_static else emit(operator.add, sizes[dim], part)
+    zeros = emit(torch.ops.aten.new_zeros.default, shaped[0], sizes, dtype=value.dtype)
+    return replace_node(graph_module, node, zeros)
+
+
+@register_fx_node_fix("executorch", dependency="executorch")
+def _fix_empty_cat_of_symbolic_shape(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Give ExecuTorch an empty tensor of symbolic shape as zeros of sizes it can emit, not as an empty ``cat``.
+
+    ExecuTorch's ``PruneEmptyTensorsPass`` (exir/passes/prune_empty_tensors_pass.py) replaces a cat of only empty
+    tensors by ``full(tuple(cat.meta["val"].shape), 0)``: with a symbolic shape the size list holds SymInt
+    objects, not nodes, and ``to_executorch``'s emitter stops with ``Unsupported type encountered in int list``.
+    Kept as a cat, the runtime's cat of empty inputs comes back with the cat dim 0. MistralLarge4's MLA cache
+    appends a zero-width latent slice to an empty cache (``past_key_values.update(k_pass, k_rot, ...)``,
+    modeling_mistral_large4.py:435): ``full((s72, 1, s70, 0), 0)``. See :func:`empty_cat_as_zeros`; the report
+    to file is docs/upstream-drafts/_fix_empty_cat_of_symbolic_shape.md.
+    """
+    return empty_cat_as_zeros(graph_module, node)
 
 
 def empty_as_zeros(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:

@@ -268,3 +268,24 @@ def test_a_grid_sized_from_a_tensor_lowers_within_its_checked_product(executorch
         r"Cannot evaluate a finite upper bound for symbolic expression u\d+",
     )  # fmt: skip
 
+
+class EmptyLatentCache(torch.nn.Module):
+    """MistralLarge4's MLA cache: a zero-width latent slice appended to an empty cache of symbolic shape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 4)
+
+    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.embed(input_ids)
+        latent = x[..., :0].unsqueeze(1)  # [batch, 1, sequence, 0]
+        empty = x.new_zeros(0)  # DynamicLayer's initial keys, torch.tensor([]): cat skips it at any rank
+        return x * 2, torch.cat([empty, latent, latent], dim=2)
+
+
+def test_an_empty_cat_of_symbolic_shape_is_emitted(executorch_needs):
+    inputs = {"input_ids": torch.randint(0, 16, (2, 8), generator=torch.Generator().manual_seed(4))}
+    executorch_needs(
+        EmptyLatentCache(), inputs, "_fix_empty_cat_of_symbolic_shape",
+        r"InternalError: .*Unsupported type encountered in int list", dynamic=True,
+    )  # fmt: skip
