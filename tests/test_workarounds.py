@@ -100,6 +100,17 @@ COVERAGE: dict[str, list[str]] = {
     "_fix_empty_specialised_by_dim_order": [
         "test_executorch_symbolic.py::test_new_empty_of_symbolic_sizes_keeps_them_dynamic",
     ],
+    "_fix_size_remainder_of_a_negative": [
+        "test_executorch_symbolic.py::test_remainder_of_a_negative_size_is_pythons_in_the_pte",
+        "test_executorch_symbolic.py::test_remainder_of_sizes_known_non_negative_is_left_alone",
+    ],
+    "_fix_empty_cat_of_symbolic_shape": [
+        "test_executorch_symbolic.py::test_an_empty_cat_of_symbolic_shape_is_emitted",
+    ],
+    "_patch_upper_bound_from_product_checks": [
+        "test_executorch_symbolic.py::test_products_checked_by_the_model_bound_their_factors",
+        "test_executorch_symbolic.py::test_a_grid_sized_from_a_tensor_lowers_within_its_checked_product",
+    ],
     "_fix_squeeze_of_a_dim_guarded_to_one": [
         "test_onnx_outputs.py::test_squeeze_of_a_dim_guarded_to_one_drops_it_in_onnx_too",
     ],
