@@ -318,6 +318,13 @@ def _patch_dim_order_of_unbacked_strides(original: Callable) -> Callable:
     return dim_order_from_stride
 
 
+# Memory planning's size bound, where it is defined and where the symbolic-shape pass imported it.
+_EVAL_UPPER_BOUND = (
+    "executorch.exir.sym_util.eval_upper_bound",
+    "executorch.exir.passes.sym_shape_eval_pass.eval_upper_bound",
+)
+
+
 def _exact_quotient(numerator: sympy.Expr, denominator: sympy.Expr) -> sympy.Expr | None:
     """``numerator / denominator`` when it is a polynomial with integer coefficients (then the floor division
     is exact and equals it), else None."""
@@ -343,13 +350,7 @@ def cancel_exact_floor_divisions(expr: sympy.Expr) -> sympy.Expr:
     )  # fmt: skip
 
 
-@register_patch(
-    "executorch",
-    "executorch.exir.sym_util.eval_upper_bound",
-    "executorch.exir.passes.sym_shape_eval_pass.eval_upper_bound",
-    dependency="executorch",
-    counts_itself=True,
-)  # fmt: skip
+@register_patch("executorch", *_EVAL_UPPER_BOUND, dependency="executorch", counts_itself=True)
 def _patch_upper_bound_of_exact_divisions(original: Callable) -> Callable:
     """Bound a symbolic size after cancelling its exact floor divisions: the planned tensor must fit its buffer.
 
@@ -412,13 +413,7 @@ def bounds_from_product_checks(shape_env: Any) -> dict[sympy.Symbol, ValueRanges
     return ranges
 
 
-@register_patch(
-    "executorch",
-    "executorch.exir.sym_util.eval_upper_bound",
-    "executorch.exir.passes.sym_shape_eval_pass.eval_upper_bound",
-    dependency="executorch",
-    counts_itself=True,
-)  # fmt: skip
+@register_patch("executorch", *_EVAL_UPPER_BOUND, dependency="executorch", counts_itself=True)
 def _patch_upper_bound_from_product_checks(original: Callable) -> Callable:
     """Bound a data-dependent size that ExecuTorch finds unbounded by the model's own checks on its product.
 
