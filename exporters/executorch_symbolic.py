@@ -40,7 +40,7 @@ from torch.fx.experimental.symbolic_shapes import (
 from torch.utils._sympy.functions import FloorDiv
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
-from exporters.fx_rewrites import emitter, node_argument, replace_node
+from exporters.fx_rewrites import emitter, node_argument, replace_node, size_of
 from exporters.utils import record_hit, register_fx_node_fix, register_patch
 
 __all__ = [
@@ -171,15 +171,10 @@ def empty_cat_as_zeros(graph_module: torch.fx.GraphModule, node: torch.fx.Node) 
     if not any(isinstance(size, torch.SymInt) for size in value.shape):
         return False
     emit = emitter(graph_module, node)
-
-    def size(tensor: torch.fx.Node, axis: int) -> int | torch.fx.Node:
-        static = _value(tensor).shape[axis]
-        return static if isinstance(static, int) else emit(torch.ops.aten.sym_size.int, tensor, axis)
-
     # torch.cat skips a 1-D tensor of size 0 whatever the rank (DynamicLayer's initial torch.tensor([])).
     shaped = [tensor for tensor in inputs if _value(tensor).dim() == value.dim()]
-    sizes = [size(shaped[0], axis) for axis in range(value.dim())]
-    for part in (size(tensor, dim) for tensor in shaped[1:]):
+    sizes = [size_of(emit, shaped[0], axis) for axis in range(value.dim())]
+    for part in (size_of(emit, tensor, dim) for tensor in shaped[1:]):
         both_static = isinstance(sizes[dim], int) and isinstance(part, int)
         sizes[dim] = sizes[dim] + part if both_static else emit(operator.add, sizes[dim], part)
     zeros = emit(torch.ops.aten.new_zeros.default, shaped[0], sizes, dtype=value.dtype)

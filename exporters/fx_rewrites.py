@@ -108,6 +108,13 @@ def emitter(graph_module: torch.fx.GraphModule, anchor: torch.fx.Node) -> Callab
     return emit
 
 
+def size_of(emit: Callable[..., torch.fx.Node], source: torch.fx.Node, dim: int) -> int | torch.fx.Node:
+    """``source``'s size along ``dim`` for a new node's arguments: the int when static, else an ``aten.sym_size``
+    node emitted by ``emit`` (so a symbolic size stays a graph value the lowering can carry)."""
+    size = source.meta["val"].shape[dim]
+    return size if isinstance(size, int) else emit(torch.ops.aten.sym_size.int, source, dim)
+
+
 def node_argument(node: torch.fx.Node, index: int, name: str, default: Any) -> Any:
     """Argument ``index`` of ``node``, or its keyword ``name``, or ``default``: an ATen schema argument either way."""
     return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
@@ -232,7 +239,7 @@ def running_extreme_by_triangle(graph_module: torch.fx.GraphModule, node: torch.
     reduce, opposite = _RUNNING_EXTREMES[node.target]
     aten, emit = torch.ops.aten, emitter(graph_module, node)
     dim = node_argument(node, 1, "dim", 0) % value.dim()
-    length = value.shape[dim] if isinstance(value.shape[dim], int) else emit(aten.sym_size.int, source, dim)
+    length = size_of(emit, source, dim)
     trailing = [1] * (value.dim() - dim - 1)  # one broadcast axis per dim after ``dim``
     positions = emit(aten.arange.start_step, 0, length, 1, dtype=torch.int64, device=value.device)
     column = emit(aten.unsqueeze.default, positions, 1)  # j, shape (L, 1)
@@ -453,7 +460,6 @@ def fourier_transform_as_matmuls(graph_module: torch.fx.GraphModule, node: torch
     source, value = node.args[0], node.args[0].meta["val"]
     dims = node_argument(node, 2, "dim", None if takes_dims else -1)
     dims = list(range(value.dim())) if dims is None else (list(dims) if takes_dims else [dims])
-    sizes = [value.shape[d] for d in dims]
     norm = node_argument(node, 3, "norm", None) or "backward"
     real_dtype = _REAL_OF.get(value.dtype, value.dtype)
     if node_argument(node, 1, "s" if takes_dims else "n", None) is not None or real_dtype not in (torch.float32, torch.float64):
@@ -465,8 +471,8 @@ def fourier_transform_as_matmuls(graph_module: torch.fx.GraphModule, node: torch
     if value.dtype.is_complex:
         pair = emit(aten.view_as_real.default, source)
         real, imaginary = emit(aten.select.int, pair, -1, 0), emit(aten.select.int, pair, -1, 1)
-    for dim, size in zip(dims, sizes, strict=True):
-        length = size if isinstance(size, int) else emit(aten.sym_size.int, source, dim)
+    for dim in dims:
+        length = size_of(emit, source, dim)
         # exp(∓2πi·jk/N) = C ∓ iS: the inverse's +iS is the forward's with S negated.
         cosine, sine = _dft_tables(emit, length, _FOURIER_SCALE[norm, forward], 1 if forward else -1, real_dtype, value.device)
 
