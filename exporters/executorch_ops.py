@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from exporters.fx_rewrites import emitter, node_argument, replace_node
+from exporters.fx_rewrites import emitter, node_argument, replace_node, size_of
 from exporters.utils import record_hit, register_fx_node_fix, register_patch
 
 __all__ = ["conv3d_as_conv2d_sum", "negative_pad_as_slices", "scatter_reduce_by_mask", "sort_as_topk"]
@@ -55,8 +55,10 @@ def scatter_reduce_by_mask(graph_module: torch.fx.GraphModule, node: torch.fx.No
     segment reductions: tokens x segments), where ATen's kernel needs none; fine for segment counts in the
     hundreds, not for scattering into a large table.
 
-    Handled: rank >= 1, ``self.size(dim)`` static, ``src`` and ``index`` of ``self``'s size on every other dim
-    and of one size on ``dim``, non-bool dtypes, ``mean`` on floating dtypes only (ATen floors integer means).
+    Handled: rank >= 1, ``self.size(dim)`` static or symbolic (Tapas flattens batch x segments into the scatter
+    dim, so a dynamic batch makes it a multiple of the batch symbol), ``index`` of ``self``'s size on every other
+    dim, ``src`` sliced to ``index``'s size where they are not known equal (Tapas' ids and values carry batch
+    symbols torch did not unify; ATen reads only that part of ``src``), non-bool dtypes, ``mean`` on floating dtypes only (ATen floors integer means).
     Anything else is left alone and still fails loudly at load. Returns True when it rewrote ``node``.
     """
     if node.op != "call_function" or node.target is not torch.ops.aten.scatter_reduce.two:
@@ -70,15 +72,16 @@ def scatter_reduce_by_mask(graph_module: torch.fx.GraphModule, node: torch.fx.No
     if rank == 0 or out.dtype == torch.bool or (reduce == "mean" and not out.dtype.is_floating_point):
         return False
     dim %= rank
-    segments = out.shape[dim]
-    if not isinstance(segments, int) or index_value.dim() != rank or src_value.dim() != rank:
-        return False
-    if not all(_same_size(i, s) for i, s in zip(index_value.shape, src_value.shape, strict=True)):
+    if index_value.dim() != rank or src_value.dim() != rank:
         return False
     if not all(_same_size(index_value.shape[d], out.shape[d]) for d in range(rank) if d != dim):
         return False
 
     aten, emit = torch.ops.aten, emitter(graph_module, node)
+    for d in range(rank):  # ATen reads src only where index has elements (index.size(d) <= src.size(d))
+        if not _same_size(index_value.shape[d], src.meta["val"].shape[d]):
+            src = emit(aten.slice.Tensor, src, d, 0, size_of(emit, index, d))
+    segments = size_of(emit, self_node, dim)
     positions = emit(aten.arange.start_step, 0, segments, dtype=index_value.dtype, device=out.device)
     positions = emit(aten.view.default, positions, [1] * (dim + 1) + [segments] + [1] * (rank - dim - 1))
     mask = emit(aten.eq.Tensor, emit(aten.unsqueeze.default, index, dim + 1), positions)
@@ -190,8 +193,8 @@ def sort_as_topk(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> boo
     argsort (ViTMAE's random masking, ``torch.argsort(noise, dim=1)``, which torch.export keeps as
     ``aten.argsort`` until the decompositions turn it into a sort) is replaced by the indices. Values are
     exact. Indices of equal values may come in another order than ATen's, which an unstable sort leaves
-    unspecified anyway; ``stable=True`` is left alone, as is a dim of symbolic size. Returns True when it
-    rewrote ``node``.
+    unspecified anyway; ``stable=True`` is left alone. A dim of symbolic size gives ``k`` as its ``sym_size``
+    node. Returns True when it rewrote ``node``.
     """
     if node.op != "call_function":
         return False
@@ -203,13 +206,13 @@ def sort_as_topk(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> boo
     else:
         return False
     value = node.args[0].meta.get("val")
-    if not isinstance(value, torch.Tensor) or value.dim() == 0 or not isinstance(value.shape[dim], int):
+    if not isinstance(value, torch.Tensor) or value.dim() == 0:
         return False
-    topk_args = (node.args[0], value.shape[dim], dim, bool(descending), True)
+    emit = emitter(graph_module, node)
+    topk_args = (node.args[0], size_of(emit, node.args[0], dim), dim, bool(descending), True)
     if node.target in (aten.sort.default, aten.sort.stable):
         node.target, node.args, node.kwargs = aten.topk.default, topk_args, {}
         return True
-    emit = emitter(graph_module, node)
     return replace_node(graph_module, node, emit(operator.getitem, emit(aten.topk.default, *topk_args), 1))
 
 
@@ -222,7 +225,9 @@ def _fix_sort_without_portable_kernel(graph_module: torch.fx.GraphModule, node: 
     method forward, error: 0x:14`` (``Missing operator: aten::sort.values``; pytorch/executorch#11320, the
     portable library's Core ATen coverage, which tracks the missing sort kernel). ViTMAE's random masking
     (``torch.argsort`` of the noise and of the shuffle, modeling_vit_mae.py:316-317) failed the same way until
-    ``argsort`` was rewritten too. See :func:`sort_as_topk`.
+    ``argsort`` was rewritten too, and JetMoE's router, which sorts the routed tokens' experts
+    (``top_k_experts.sort(0)``, modeling_jetmoe.py:199), failed so once exported with a dynamic sequence, until a
+    dim of symbolic size was rewritten as well. See :func:`sort_as_topk`.
     """
     return sort_as_topk(graph_module, node)
 

@@ -45,7 +45,7 @@ from exporters.utils import record_hit, register_fx_node_fix, register_patch
 
 __all__ = [
     "LoweringSpecialisedError",
-    "bounds_from_product_checks",
+    "bounds_from_checks",
     "cancel_exact_floor_divisions",
     "decide_sym_min_max",
     "dim_order_by_multiples",
@@ -377,46 +377,91 @@ def _patch_upper_bound_of_exact_divisions(original: Callable) -> Callable:
     return eval_upper_bound
 
 
-def bounds_from_product_checks(shape_env: Any) -> dict[sympy.Symbol, ValueRanges]:
-    """The shape environment's value ranges, each factor of a checked product bounded by the check.
-
-    A model that reads sizes from a tensor often checks their product, ``torch._check(h * w <= max_length)``
-    with ``h, w > 0`` (Siglip2's resized position grid); torch keeps that as a runtime assert and leaves each of
-    ``h`` and ``w`` unbounded. With every factor at least 1, each is at most the limit divided by the others'
-    lower bounds. Only products of symbols and positive integers under a finite limit are read.
-    """
-    ranges = dict(shape_env.var_to_range)
+def _checked_limits(shape_env: Any, ranges: dict) -> list[tuple[sympy.Expr, sympy.Integer]]:
+    """``(expression, limit)`` for each runtime assert ``expression <= limit`` or ``expression == limit`` whose
+    limit is finite over ``ranges`` (either side of an equality may be the bounded one)."""
+    limits = []
     for check in (c for checks in shape_env.deferred_runtime_asserts.values() for c in checks):
         expr = check.expr
         if isinstance(expr, (sympy.GreaterThan, sympy.StrictGreaterThan)):
             expr = expr.reversed
-        if not isinstance(expr, (sympy.LessThan, sympy.StrictLessThan)):
+        if isinstance(expr, (sympy.LessThan, sympy.StrictLessThan)):
+            sides = [(expr.lhs, expr.rhs, 1 if isinstance(expr, sympy.StrictLessThan) else 0)]
+        elif isinstance(expr, sympy.Equality):
+            sides = [(expr.lhs, expr.rhs, 0), (expr.rhs, expr.lhs, 0)]
+        else:
             continue
-        limit = bound_sympy(expr.rhs, ranges).upper - (1 if isinstance(expr, sympy.StrictLessThan) else 0)
-        factors = expr.lhs.as_ordered_factors()
-        if not isinstance(limit, sympy.Integer) or not all(
-            isinstance(f, sympy.Symbol) or (f.is_Integer and f > 0) for f in factors
-        ):
-            continue
-        lowers = [f if f.is_Integer else ranges[f].lower for f in factors]
-        if not all(isinstance(low, sympy.Integer) and low >= 1 for low in lowers):
-            continue
-        for index, factor in enumerate(factors):
-            if isinstance(factor, sympy.Symbol):
-                others = sympy.Mul(*(low for i, low in enumerate(lowers) if i != index))
-                ranges[factor] = ValueRanges(ranges[factor].lower, min(ranges[factor].upper, limit // others))
+        for bounded, limit_expr, strict in sides:
+            limit = bound_sympy(limit_expr, ranges).upper - strict
+            if isinstance(limit, sympy.Integer):
+                limits.append((bounded, limit))
+    return limits
+
+
+def _bound_factors(product: sympy.Expr, limit: sympy.Integer, ranges: dict) -> None:
+    """Bound each symbol of ``product <= limit`` where every factor is a symbol or a positive integer and at
+    least 1: a factor is at most the limit divided by the others' lower bounds."""
+    factors = product.as_ordered_factors()
+    if not all(isinstance(f, sympy.Symbol) or (f.is_Integer and f > 0) for f in factors):
+        return
+    lowers = [f if f.is_Integer else ranges[f].lower for f in factors]
+    if not all(isinstance(low, sympy.Integer) and low >= 1 for low in lowers):
+        return
+    for index, factor in enumerate(factors):
+        if isinstance(factor, sympy.Symbol):
+            others = sympy.Mul(*(low for i, low in enumerate(lowers) if i != index))
+            ranges[factor] = ValueRanges(ranges[factor].lower, min(ranges[factor].upper, limit // others))
+
+
+def _bound_addends(total: sympy.Expr, limit: sympy.Integer, ranges: dict) -> None:
+    """Bound each symbol of ``total <= limit`` where every addend is a non-negative integer or a positive
+    multiple of a non-negative symbol: an addend is at most the limit less the others' lower bounds."""
+    addends = [term.as_coeff_Mul() for term in sympy.Add.make_args(total)]
+    if not all(
+        (rest == 1 and coefficient >= 0) or (isinstance(rest, sympy.Symbol) and coefficient > 0)
+        for coefficient, rest in addends
+    ):
+        return
+    lowers = [coefficient * (1 if rest == 1 else ranges[rest].lower) for coefficient, rest in addends]
+    if not all(isinstance(low, sympy.Integer) and low >= 0 for low in lowers):
+        return
+    for index, (coefficient, rest) in enumerate(addends):
+        if isinstance(rest, sympy.Symbol):
+            room = (limit - (sum(lowers) - lowers[index])) // coefficient
+            ranges[rest] = ValueRanges(ranges[rest].lower, min(ranges[rest].upper, room))
+
+
+def bounds_from_checks(shape_env: Any) -> dict[sympy.Symbol, ValueRanges]:
+    """The shape environment's value ranges, each symbol of a checked product or sum bounded by the check.
+
+    A model that reads sizes from a tensor often checks them where torch keeps the check as a runtime assert
+    and leaves each size unbounded: Siglip2 checks a product, ``torch._check(h * w <= max_length)`` with
+    ``h, w > 0`` (its resized position grid), and ``x.split(counts)`` asserts that data-dependent counts sum
+    to the split dim (``Eq(u0 + u1 + u2, s0)``, JetMoE's per-expert token counts). A factor at least 1 is at
+    most the limit divided by the others' lower bounds; a non-negative addend at most the limit less theirs.
+    Only products of symbols and positive integers, and sums of positive multiples of symbols and integers,
+    under a finite limit are read.
+    """
+    ranges = dict(shape_env.var_to_range)
+    for bounded, limit in _checked_limits(shape_env, ranges):
+        if isinstance(bounded, sympy.Mul) and not bounded.as_coeff_Mul()[1].is_Symbol:
+            _bound_factors(bounded, limit, ranges)
+        else:
+            _bound_addends(bounded, limit, ranges)
     return ranges
 
 
 @register_patch("executorch", *_EVAL_UPPER_BOUND, dependency="executorch", counts_itself=True)
 def _patch_upper_bound_from_product_checks(original: Callable) -> Callable:
-    """Bound a data-dependent size that ExecuTorch finds unbounded by the model's own checks on its product.
+    """Bound a data-dependent size that ExecuTorch finds unbounded by the model's own checks on products or sums.
 
     Memory planning needs a finite upper bound for every planned tensor (``eval_upper_bound``, exir/sym_util.py)
     and reads only the symbols' value ranges: Siglip2 sizes its position grid by ``spatial_shapes[i].tolist()``
     and checks ``height * width <= max_length`` (modeling_siglip2.py:167-170), so lowering failed with
-    ``Cannot evaluate a finite upper bound for symbolic expression u88``. Where ExecuTorch gives up, the size
-    is bounded over :func:`bounds_from_product_checks` (after cancelling exact divisions, as
+    ``Cannot evaluate a finite upper bound for symbolic expression u88``; JetMoE splits the routed tokens by
+    per-expert counts read with ``.tolist()`` (modeling_jetmoe.py:152, 192-195), which torch knows only to sum to
+    the split dim, and its dynamic lowering failed the same way. Where ExecuTorch gives up, the size
+    is bounded over :func:`bounds_from_checks` (after cancelling exact divisions, as
     ``_patch_upper_bound_of_exact_divisions`` does); a size those checks do not bound fails as before. Hits
     count the sizes it bounded. The report to file is docs/upstream-drafts/_patch_upper_bound_from_product_checks.md.
     """
@@ -428,7 +473,7 @@ def _patch_upper_bound_from_product_checks(original: Callable) -> Callable:
             if not isinstance(maybe_symint, torch.SymInt) or "Cannot evaluate a finite upper bound" not in str(error):
                 raise
             node = maybe_symint.node
-            upper = bound_sympy(cancel_exact_floor_divisions(node.expr), bounds_from_product_checks(node.shape_env))
+            upper = bound_sympy(cancel_exact_floor_divisions(node.expr), bounds_from_checks(node.shape_env))
             if not isinstance(upper.upper, sympy.Integer):
                 raise
             record_hit("_patch_upper_bound_from_product_checks")

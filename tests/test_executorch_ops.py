@@ -77,6 +77,19 @@ def test_scatter_reduce_rewrite_matches_aten(reduce, dtype, dim):
     _assert_matches(reduce, list(program.module()(base, index, src)), Model()(base, index, src))
 
 
+def test_scatter_reduce_rewrite_reads_only_the_part_of_src_that_index_covers():
+    class LongerSource(torch.nn.Module):
+        def forward(self, base, index, src):
+            return base.scatter_reduce(0, index, src, "amax", include_self=False)
+
+    generator = torch.Generator().manual_seed(9)
+    args = (torch.zeros(5, 6), torch.randint(0, 5, (3, 6), generator=generator), torch.randn(5, 6, generator=generator))
+    program = torch.export.export(LongerSource(), args)
+    assert sum(scatter_reduce_by_mask(program.graph_module, node) for node in list(program.graph.nodes)) == 1
+    program.graph_module.recompile()
+    assert torch.equal(program.module()(*args), LongerSource()(*args))
+
+
 def test_scatter_reduce_rewrite_leaves_what_it_does_not_handle():
     class IntegerMean(torch.nn.Module):
         def forward(self, base, index, src):
@@ -105,6 +118,27 @@ def test_executorch_runs_scatter_reduce_from_the_written_pte(reduce, tmp_path):
     for seed in (0, 1):  # the traced example, and index values the trace never saw
         fresh = _inputs(seed)
         _assert_matches(reduce, run_pte(written, list(fresh.values())), model(**fresh))
+
+
+class FlatSegmentReduce(torch.nn.Module):
+    """Tapas' batched segment reduction as it is written: segment ids offset per example, batch x segments
+    flattened into the one scattered dim, so a dynamic batch makes that dim symbolic, and the ids' and the
+    values' batch dims two symbols torch does not know to be equal."""
+
+    def forward(self, index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        batch = index.shape[0]
+        flat = (index + torch.arange(batch)[:, None] * SEGMENTS).flatten()
+        means = values.new_zeros(batch * SEGMENTS).scatter_reduce(0, flat, values.flatten(), "mean", include_self=False)
+        return means.view(batch, SEGMENTS)
+
+
+def test_executorch_runs_scatter_reduce_over_a_dynamic_dim_from_the_written_pte(tmp_path):
+    model, inputs = FlatSegmentReduce().eval(), {k: v for k, v in _inputs(0).items() if k != "base"}
+    result = ExecutorchExporter(ExecutorchConfig(dynamic=True)).export(model, inputs)
+    assert result.metadata.workarounds_fired[FIX] == 1
+    written = result.save(tmp_path / "flat")["artifact"]
+    larger = {k: torch.cat([v, v.flip(0), v]) for k, v in _inputs(1).items() if k != "base"}  # batch 6, not 2
+    _assert_matches("mean", run_pte(written, list(larger.values())), (model(**larger),))
 
 
 def test_without_the_fix_the_written_pte_cannot_be_loaded(tmp_path):
@@ -204,6 +238,24 @@ def test_executorch_runs_sort_from_the_written_pte(tmp_path):
     unfixed = ExecutorchExporter(without).export(model, inputs).save(tmp_path / "unfixed", validate=False)
     with pytest.raises(RuntimeError, match=r"Failed to load method forward, error: 0x:?14"):  # OperatorMissing
         run_pte(unfixed["artifact"], [inputs["scores"]])
+
+
+class RoutedSort(torch.nn.Module):
+    """JetMoE's router: the experts of the routed tokens sorted along a dim as long as the sequence."""
+
+    def forward(self, experts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ordered, order = experts.flatten().sort(0)
+        return ordered, order
+
+
+def test_executorch_runs_a_sort_over_a_dynamic_dim_from_the_written_pte(tmp_path):
+    model, experts = RoutedSort().eval(), torch.randperm(16, generator=torch.Generator().manual_seed(6)).view(8, 2)
+    result = ExecutorchExporter(ExecutorchConfig(dynamic=True)).export(model, {"experts": experts})
+    assert result.metadata.workarounds_fired["_fix_sort_without_portable_kernel"] == 1
+    written = result.save(tmp_path / "routed")["artifact"]
+    fewer = torch.randperm(10, generator=torch.Generator().manual_seed(7)).view(5, 2)  # dim 0 is in [2, 8]
+    for got, want in zip(run_pte(written, [fewer]), model(fewer), strict=True):
+        assert torch.equal(got, want)
 
 
 @pytest.mark.slow

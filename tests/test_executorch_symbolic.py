@@ -17,7 +17,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from exporters.executorch_symbolic import (
     LoweringSpecialisedError,
-    bounds_from_product_checks,
+    bounds_from_checks,
     cancel_exact_floor_divisions,
     decide_sym_min_max,
     dim_order_by_multiples,
@@ -255,7 +255,7 @@ class CheckedGrid(torch.nn.Module):
 def test_products_checked_by_the_model_bound_their_factors():
     program = torch.export.export(CheckedGrid(), (torch.randn(2, 16), torch.tensor([[2, 3]])))
     shape_env = next(v.node.shape_env for n in program.graph.nodes if isinstance(v := n.meta.get("val"), torch.SymInt))
-    ranges = bounds_from_product_checks(shape_env)
+    ranges = bounds_from_checks(shape_env)
     unbacked = sorted((s for s in ranges if str(s).startswith("u")), key=str)
     assert [(ranges[s].lower, ranges[s].upper) for s in unbacked] == [(1, 16), (1, 16)]
     assert all(shape_env.var_to_range[s].upper > 16 for s in unbacked)  # torch's own ranges stay unbounded
@@ -267,6 +267,47 @@ def test_a_grid_sized_from_a_tensor_lowers_within_its_checked_product(executorch
         CheckedGrid(), inputs, "_patch_upper_bound_from_product_checks",
         r"Cannot evaluate a finite upper bound for symbolic expression u\d+",
     )  # fmt: skip
+
+
+class SplitByCounts(torch.nn.Module):
+    """JetMoE's mixture of experts: each token routed to two of three experts, the copies split by per-expert
+    counts read from a tensor (their sum, ``2 * batch * sequence``, is what torch records), each piece
+    transformed by an op the portable runtime runs (so its output is planned memory)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 4)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        copies = self.embed(input_ids).flatten(0, 1).repeat_interleave(2, dim=0)
+        experts = torch.stack([input_ids % 3, (input_ids + 1) % 3], dim=-1).flatten()
+        gates = torch.zeros(experts.shape[0], 3, dtype=torch.long).scatter(1, experts[:, None], 1)
+        pieces = copies.split(gates.sum(0).tolist(), dim=0)
+        return torch.cat([piece.cumsum(0) * (index + 1) for index, piece in enumerate(pieces)], dim=0)
+
+
+SPLIT_IDS = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7]])
+
+
+def test_counts_checked_to_sum_to_a_bounded_size_are_bounded_by_it():
+    dims = {"input_ids": {0: torch.export.Dim.AUTO(min=2, max=8), 1: torch.export.Dim.AUTO(min=2, max=16)}}
+    program = torch.export.export(SplitByCounts(), (), {"input_ids": SPLIT_IDS}, dynamic_shapes=dims)
+    shape_env = next(v.node.shape_env for n in program.graph.nodes if isinstance(v := n.meta.get("val"), torch.SymInt))
+    ranges = bounds_from_checks(shape_env)
+    counts = sorted((s for s in ranges if str(s).startswith("u")), key=str)
+    assert [(ranges[s].lower, ranges[s].upper) for s in counts] == [(0, 2 * 8 * 16)] * 3
+    assert all(shape_env.var_to_range[s].upper > 2 * 8 * 16 for s in counts)  # torch's own ranges stay unbounded
+
+
+def test_tokens_split_by_data_dependent_counts_run_from_the_pte_at_other_shapes(executorch_needs, tmp_path):
+    model = SplitByCounts().eval()
+    fixed = executorch_needs(
+        model, {"input_ids": SPLIT_IDS}, "_patch_upper_bound_from_product_checks",
+        r"Cannot evaluate a finite upper bound for symbolic expression u\d+", dynamic=True,
+    )  # fmt: skip
+    written = fixed.save(tmp_path / "split", validate=False)["artifact"]
+    longer = torch.randint(0, 16, (3, 30), generator=torch.Generator().manual_seed(8))  # 180 routed copies, not 16
+    torch.testing.assert_close(run_pte(written, [longer])[0], model(longer), rtol=1e-5, atol=1e-3)
 
 
 class EmptyLatentCache(torch.nn.Module):
