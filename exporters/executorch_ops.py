@@ -20,7 +20,13 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from exporters.fx_rewrites import emitter, node_argument, replace_node, size_of
 from exporters.utils import record_hit, register_fx_node_fix, register_patch
 
-__all__ = ["conv3d_as_conv2d_sum", "negative_pad_as_slices", "scatter_reduce_by_mask", "sort_as_topk"]
+__all__ = [
+    "antialiased_resize_as_matmuls",
+    "conv3d_as_conv2d_sum",
+    "negative_pad_as_slices",
+    "scatter_reduce_by_mask",
+    "sort_as_topk",
+]
 
 _REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 
@@ -282,6 +288,71 @@ def _fix_negative_pad_without_portable_kernel(graph_module: torch.fx.GraphModule
     (pytorch/executorch#12935, for pytorch/executorch#12456). See :func:`negative_pad_as_slices`.
     """
     return negative_pad_as_slices(graph_module, node)
+
+
+def _antialiased_weights(emit: Callable[..., torch.fx.Node], in_size: int, out_size: int | torch.fx.Node) -> torch.fx.Node:
+    """The ``[out_size, in_size]`` matrix of ATen's antialiased bilinear weights along one axis (align_corners off).
+
+    ATen (``_compute_index_ranges_weights`` in UpSampleKernel.cpp, antialias) gives output ``i`` the centre
+    ``c = scale * (i + 0.5)`` with ``scale = in / out``, the support ``max(scale, 1)``, and to each input ``j``
+    of its window the triangle ``max(0, 1 - |j + 0.5 - c| / support)``, normalised by the window's sum. The
+    triangle is zero outside the window, so the dense row holds the same weights.
+    """
+    aten = torch.ops.aten
+    outputs = emit(aten.arange.start_step, 0, out_size, dtype=torch.float32)
+    count = emit(aten.sum.default, emit(aten.ones_like.default, outputs))  # out_size as a tensor, symbolic or not
+    scale = emit(aten.mul.Tensor, emit(aten.reciprocal.default, count), float(in_size))
+    support = emit(aten.clamp_min.default, scale, 1.0)
+    centres = emit(aten.mul.Tensor, emit(aten.add.Tensor, outputs, 0.5), scale)
+    inputs = emit(aten.arange.start_step, 0, in_size, dtype=torch.float32)
+    offsets = emit(aten.sub.Tensor, emit(aten.unsqueeze.default, emit(aten.add.Tensor, inputs, 0.5), 0),
+                   emit(aten.unsqueeze.default, centres, 1))  # fmt: skip
+    distance = emit(aten.div.Tensor, emit(aten.abs.default, offsets), support)
+    triangle = emit(aten.clamp_min.default, emit(aten.rsub.Scalar, distance, 1.0), 0.0)
+    return emit(aten.div.Tensor, triangle, emit(aten.sum.dim_IntList, triangle, [1], True))
+
+
+def antialiased_resize_as_matmuls(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Write a float32 ``_upsample_bilinear2d_aa`` to a symbolic size as ``W_h @ x @ W_w.T``.
+
+    The resize is separable: each output row mixes input rows by one weight matrix (:func:`_antialiased_weights`)
+    and each column likewise, so two matmuls give every output element, up to float32 summation order. Only
+    ``align_corners=False`` with the size given (no scale factors), static input sizes and an output size with a
+    symbolic part are rewritten: a static resize runs in the portable kernel as it is. Returns True when it
+    rewrote ``node``.
+    """
+    aten = torch.ops.aten
+    if node.op != "call_function" or node.target not in (aten._upsample_bilinear2d_aa.vec, aten._upsample_bilinear2d_aa.default):
+        return False
+    source, size, align_corners = node.args[:3]
+    scales = node.args[3:]
+    value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or value.dim() != 4 or value.dtype != torch.float32 or align_corners:
+        return False
+    if size is None or len(size) != 2 or any(s is not None for s in scales):
+        return False
+    in_height, in_width = value.shape[2:]
+    if not isinstance(in_height, int) or not isinstance(in_width, int) or all(isinstance(s, int) for s in size):
+        return False
+    emit = emitter(graph_module, node)
+    rows = emit(aten.matmul.default, _antialiased_weights(emit, in_height, size[0]), source)
+    columns = emit(aten.permute.default, _antialiased_weights(emit, in_width, size[1]), [1, 0])
+    return replace_node(graph_module, node, emit(aten.matmul.default, rows, columns))
+
+
+@register_fx_node_fix("executorch", dependency="executorch")
+def _fix_antialiased_resize_to_a_symbolic_size(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Resize with two weight matmuls: the portable ``_upsample_bilinear2d_aa.out`` does not resize its output.
+
+    Siglip2 resizes its position grid to each image's patch grid, ``F.interpolate(..., size=(height, width),
+    mode="bilinear", antialias=True)`` with ``height, width = spatial_shapes[i].tolist()``
+    (modeling_siglip2.py:167-179), a size read from a tensor. Memory planning gives the output its upper-bound
+    shape and the kernel checks that ``out`` already has the requested one, so the ``.pte`` loads and
+    ``execute`` fails with 0x12 (``Check failed (out.size(3) == output_size[1])``), static and dynamic alike.
+    See :func:`antialiased_resize_as_matmuls`; the report to file is
+    docs/upstream-drafts/upsample-bilinear2d-aa-out-not-resized.md.
+    """
+    return antialiased_resize_as_matmuls(graph_module, node)
 
 
 @register_patch(

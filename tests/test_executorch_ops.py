@@ -13,6 +13,7 @@ from pte_runtime import run_pte
 from exporters.executorch_ops import (
     conv3d_as_conv2d_sum,
     negative_pad_as_slices,
+    antialiased_resize_as_matmuls,
     scatter_reduce_by_mask,
     sort_as_topk,
 )
@@ -328,3 +329,42 @@ def test_executorch_runs_nonzero_columns_from_the_written_pte(tmp_path):
     unfixed = ExecutorchExporter(without).export(model, {"x": x}).save(tmp_path / "unfixed", validate=False)
     with pytest.raises(RuntimeError, match=r"method->execute\(\) failed with error 0x:?12"):  # InvalidArgument
         run_pte(unfixed["artifact"], [x])
+
+
+class ResizeToGrid(torch.nn.Module):
+    """Siglip2's position grid: a table resized, antialiased, to a height and width read from a tensor."""
+
+    def forward(self, table: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        height, width = grid.tolist()
+        torch._check(height > 0)
+        torch._check(width > 0)
+        torch._check(height * width <= 64)
+        return torch.nn.functional.interpolate(table, size=(height, width), mode="bilinear", antialias=True)
+
+
+TABLE = torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(10))
+
+
+@pytest.mark.parametrize("grid", [(3, 5), (6, 6), (2, 12), (8, 4), (1, 1)])  # down, same, mixed, up, one
+def test_antialiased_resize_rewrite_matches_aten(grid):
+    program = torch.export.export(ResizeToGrid(), (TABLE, torch.tensor([3, 5])))
+    assert sum(antialiased_resize_as_matmuls(program.graph_module, node) for node in list(program.graph.nodes)) == 1
+    program.graph_module.recompile()
+    assert "upsample" not in program.graph_module.code
+    want = ResizeToGrid()(TABLE, torch.tensor(grid))
+    torch.testing.assert_close(program.module()(TABLE, torch.tensor(grid)), want, rtol=1e-5, atol=1e-6)
+
+
+def test_executorch_runs_an_antialiased_resize_to_sizes_read_from_a_tensor(tmp_path):
+    model, inputs = ResizeToGrid().eval(), {"table": TABLE, "grid": torch.tensor([3, 5])}
+    result = ExecutorchExporter(ExecutorchConfig()).export(model, inputs)
+    assert result.metadata.workarounds_fired["_fix_antialiased_resize_to_a_symbolic_size"] == 1
+    written = result.save(tmp_path / "grid")["artifact"]
+    for grid in ([3, 5], [8, 4], [2, 12]):  # the traced size, and sizes the trace never saw
+        got, want = run_pte(written, [TABLE, torch.tensor(grid)])[0], model(TABLE, torch.tensor(grid))
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+    without = ExecutorchConfig(without=frozenset({"_fix_antialiased_resize_to_a_symbolic_size"}))
+    unfixed = ExecutorchExporter(without).export(model, inputs).save(tmp_path / "unfixed", validate=False)
+    with pytest.raises(RuntimeError, match=r"method->execute\(\) failed with error 0x12"):  # InvalidArgument
+        run_pte(unfixed["artifact"], [TABLE, torch.tensor([3, 5])])

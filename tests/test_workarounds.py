@@ -128,6 +128,10 @@ COVERAGE: dict[str, list[str]] = {
         "test_executorch_ops.py::test_conv3d_rewrite_matches_aten",
         "test_executorch_ops.py::test_executorch_runs_conv3d_from_the_written_pte",
     ],
+    "_fix_antialiased_resize_to_a_symbolic_size": [
+        "test_executorch_ops.py::test_antialiased_resize_rewrite_matches_aten",
+        "test_executorch_ops.py::test_executorch_runs_an_antialiased_resize_to_sizes_read_from_a_tensor",
+    ],
     "_fix_sort_without_portable_kernel": [
         "test_executorch_ops.py::test_sort_rewrite_matches_aten",
         "test_executorch_ops.py::test_executorch_runs_sort_from_the_written_pte",
