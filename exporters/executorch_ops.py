@@ -243,8 +243,8 @@ def negative_pad_as_slices(graph_module: torch.fx.GraphModule, node: torch.fx.No
     those sides, then the pad with the non-negative entries (none left: the slices replace the node).
 
     ATen reads a negative pad as cropping that many elements from that side; the result is the same tensor
-    of the same shape, so the node keeps its users and ``meta["val"]``. A cropped dim of symbolic size is
-    left alone. Returns True when it rewrote ``node``.
+    of the same shape, so the node keeps its users and ``meta["val"]``. A cropped dim of symbolic size ends at
+    its ``sym_size`` node plus the negative pad. Returns True when it rewrote ``node``.
     """
     if node.op != "call_function":
         return False
@@ -259,16 +259,13 @@ def negative_pad_as_slices(graph_module: torch.fx.GraphModule, node: torch.fx.No
     pad, value = list(node.args[1]), node.args[0].meta.get("val")
     if not isinstance(value, torch.Tensor) or not all(isinstance(p, int) for p in pad) or min(pad, default=0) >= 0:
         return False
-    crops = []  # (dim, start, end) for each dim with a negative side; pad pairs run from the last dim back
-    for pair in range(len(pad) // 2):
+    emit, cropped = emitter(graph_module, node), node.args[0]
+    for pair in range(len(pad) // 2):  # pad pairs run from the last dim back
         before, after, dim = pad[2 * pair], pad[2 * pair + 1], value.dim() - 1 - pair
         if before < 0 or after < 0:
-            if not isinstance(value.shape[dim], int):
-                return False
-            crops.append((dim, max(-before, 0), value.shape[dim] + min(after, 0)))
-    emit, cropped = emitter(graph_module, node), node.args[0]
-    for dim, start, end in crops:
-        cropped = emit(torch.ops.aten.slice.Tensor, cropped, dim, start, end)
+            size = size_of(emit, node.args[0], dim)
+            end = size + min(after, 0) if isinstance(size, int) else emit(operator.add, size, min(after, 0))
+            cropped = emit(torch.ops.aten.slice.Tensor, cropped, dim, max(-before, 0), end)
     rest = [max(p, 0) for p in pad]
     if not any(rest):
         return replace_node(graph_module, node, cropped)

@@ -303,6 +303,26 @@ def test_executorch_runs_negative_pads_from_the_written_pte(tmp_path):
         run_pte(unfixed.save(tmp_path / "unfixed", validate=False)["artifact"], [inputs["x"]])
 
 
+class TimeShift(torch.nn.Module):
+    """RWKV's time shift, ``nn.ZeroPad2d((0, 0, 1, -1))`` over embedded tokens: the crop is on the sequence."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.shift = torch.nn.Embedding(16, 4), torch.nn.ZeroPad2d((0, 0, 1, -1))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.shift(self.embed(input_ids))
+
+
+def test_executorch_runs_a_negative_pad_of_a_dynamic_dim_from_the_written_pte(tmp_path):
+    model, ids = TimeShift().eval(), torch.randint(0, 16, (2, 8), generator=torch.Generator().manual_seed(11))
+    result = ExecutorchExporter(ExecutorchConfig(dynamic=True)).export(model, {"input_ids": ids})
+    assert result.metadata.workarounds_fired["_fix_negative_pad_without_portable_kernel"] == 1
+    written = result.save(tmp_path / "shift")["artifact"]
+    longer = torch.randint(0, 16, (3, 21), generator=torch.Generator().manual_seed(12))
+    assert torch.equal(run_pte(written, [longer])[0], model(longer))
+
+
 class NonzeroColumns(torch.nn.Module):
     """OneFormer's and Splinter's use of ``nonzero``: its index columns read by slices, and (what a copy-based
     fix would do) a contiguous copy of it read the same way."""
