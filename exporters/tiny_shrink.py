@@ -73,15 +73,12 @@ def model_class(name: str) -> type:
 
 
 def default_config(cls: type) -> Any:
-    """The default config of model class ``cls``, with a native backbone where the default one is timm's and
-    timm is not installed: DETR-family configs build a ``timm_backbone`` (resnet50) by default, and their
-    ``use_timm_backbone=False`` constructor knob gives the transformers ResNet (or Swin) instead."""
+    """The default config of model class ``cls``, with a native backbone where the default one is timm's:
+    DETR-family configs build a ``timm_backbone`` (resnet50) by default, and their ``use_timm_backbone=False``
+    constructor knob gives the transformers ResNet (or Swin) instead. Chosen whether or not timm is installed,
+    so a class's tiny model, and every record made from it, does not depend on an optional package."""
     config = cls.config_class()
     if not _uses_timm(config):
-        return config
-    from transformers.utils import is_timm_available
-
-    if is_timm_available():
         return config
     try:
         native = cls.config_class(use_timm_backbone=False)

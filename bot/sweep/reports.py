@@ -126,9 +126,9 @@ def census_markdown(census: Sequence[Mapping[str, Any]]) -> list[str]:
         "",
         f"{counts[CENSUS_OK]} of {len(latest)} classes build and run one eager forward on their generated inputs "
         f"({', '.join(f'{status} {n}' for status, n in counts.most_common())}). An export can only be tried on "
-        "those; the rest are builder gaps (or optional dependencies missing here), listed by cause. Where timm is "
-        "not installed, configs whose default backbone is timm's (the DETR family) are built with "
-        "`use_timm_backbone=False`, their native ResNet or Swin backbone (`exporters.tiny_shrink.default_config`). "
+        "those; the rest are builder gaps (or optional dependencies missing here), listed by cause. Configs whose "
+        "default backbone is timm's (the DETR family) are built with `use_timm_backbone=False`, their native ResNet "
+        "or Swin backbone, whether or not timm is installed (`exporters.tiny_shrink.default_config`). "
         "timm and Pillow stay out of the environment (the TimmWrapper, EdgeTam, FastVlm, PeVideo and PeAudioVideo "
         "gaps, TimmBackbone): timm imports torchvision, and the only torchvision for torch 2.13 that pip reaches "
         "here, PyPI's 0.28.0, is a CUDA 13 build (it bundles libcudart) whose operators do not register against "
