@@ -11,9 +11,9 @@ import torch
 from pte_runtime import run_pte
 
 from exporters.executorch_ops import (
+    antialiased_resize_as_matmuls,
     conv3d_as_conv2d_sum,
     negative_pad_as_slices,
-    antialiased_resize_as_matmuls,
     scatter_reduce_by_mask,
     sort_as_topk,
 )
