@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from exporters.fx_rewrites import emitter, node_argument, replace_node, size_of
+from exporters.fx_rewrites import emitter, length_as_tensor, node_argument, replace_node, size_of
 from exporters.utils import record_hit, register_fx_node_fix, register_patch
 
 __all__ = [
@@ -64,7 +64,8 @@ def scatter_reduce_by_mask(graph_module: torch.fx.GraphModule, node: torch.fx.No
     Handled: rank >= 1, ``self.size(dim)`` static or symbolic (Tapas flattens batch x segments into the scatter
     dim, so a dynamic batch makes it a multiple of the batch symbol), ``index`` of ``self``'s size on every other
     dim, ``src`` sliced to ``index``'s size where they are not known equal (Tapas' ids and values carry batch
-    symbols torch did not unify; ATen reads only that part of ``src``), non-bool dtypes, ``mean`` on floating dtypes only (ATen floors integer means).
+    symbols torch did not unify; ATen reads only that part of ``src``), non-bool dtypes, ``mean`` on floating
+    dtypes only (ATen floors integer means).
     Anything else is left alone and still fails loudly at load. Returns True when it rewrote ``node``.
     """
     if node.op != "call_function" or node.target is not torch.ops.aten.scatter_reduce.two:
@@ -85,7 +86,7 @@ def scatter_reduce_by_mask(graph_module: torch.fx.GraphModule, node: torch.fx.No
 
     aten, emit = torch.ops.aten, emitter(graph_module, node)
     for d in range(rank):  # ATen reads src only where index has elements (index.size(d) <= src.size(d))
-        if not _same_size(index_value.shape[d], src.meta["val"].shape[d]):
+        if not _same_size(index_value.shape[d], src_value.shape[d]):
             src = emit(aten.slice.Tensor, src, d, 0, size_of(emit, index, d))
     segments = size_of(emit, self_node, dim)
     positions = emit(aten.arange.start_step, 0, segments, dtype=index_value.dtype, device=out.device)
@@ -297,8 +298,7 @@ def _antialiased_weights(emit: Callable[..., torch.fx.Node], in_size: int, out_s
     """
     aten = torch.ops.aten
     outputs = emit(aten.arange.start_step, 0, out_size, dtype=torch.float32)
-    count = emit(aten.sum.default, emit(aten.ones_like.default, outputs))  # out_size as a tensor, symbolic or not
-    scale = emit(aten.mul.Tensor, emit(aten.reciprocal.default, count), float(in_size))
+    scale = emit(aten.mul.Tensor, emit(aten.reciprocal.default, length_as_tensor(emit, outputs)), float(in_size))
     support = emit(aten.clamp_min.default, scale, 1.0)
     centres = emit(aten.mul.Tensor, emit(aten.add.Tensor, outputs, 0.5), scale)
     inputs = emit(aten.arange.start_step, 0, in_size, dtype=torch.float32)
@@ -321,8 +321,10 @@ def antialiased_resize_as_matmuls(graph_module: torch.fx.GraphModule, node: torc
     aten = torch.ops.aten
     if node.op != "call_function" or node.target not in (aten._upsample_bilinear2d_aa.vec, aten._upsample_bilinear2d_aa.default):
         return False
-    source, size, align_corners = node.args[:3]
-    scales = node.args[3:]
+    source, size = node.args[0], node_argument(node, 1, "output_size", None)
+    align_corners = node_argument(node, 2, "align_corners", False)
+    # .vec's scale_factors or .default's scales_h and scales_w, positional or by keyword
+    scales = [*node.args[3:], *(v for k, v in node.kwargs.items() if k.startswith("scale"))]
     value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
     if not isinstance(value, torch.Tensor) or value.dim() != 4 or value.dtype != torch.float32 or align_corners:
         return False

@@ -115,6 +115,12 @@ def size_of(emit: Callable[..., torch.fx.Node], source: torch.fx.Node, dim: int)
     return size if isinstance(size, int) else emit(torch.ops.aten.sym_size.int, source, dim)
 
 
+def length_as_tensor(emit: Callable[..., torch.fx.Node], positions: torch.fx.Node) -> torch.fx.Node:
+    """The length of the 1-d ``positions`` (an ``arange``) as a 0-d tensor of its dtype, the sum of its ones: a
+    symbolic length then enters tensor arithmetic without any operator taking a symbolic scalar."""
+    return emit(torch.ops.aten.sum.default, emit(torch.ops.aten.ones_like.default, positions))
+
+
 def node_argument(node: torch.fx.Node, index: int, name: str, default: Any) -> Any:
     """Argument ``index`` of ``node``, or its keyword ``name``, or ``default``: an ATen schema argument either way."""
     return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
@@ -491,11 +497,11 @@ def fourier_transform_as_matmuls(graph_module: torch.fx.GraphModule, node: torch
 
 def _dft_tables(emit: Callable, length: Any, scale_exponent: float, sine_sign: int, dtype: torch.dtype, device: torch.device) -> tuple[Any, Any]:
     """N**-``scale_exponent``·cos and ``sine_sign``·N**-``scale_exponent``·sin of 2π·jk/N for j, k < N, as graph
-    nodes. ``length`` is N, an int or a ``sym_size`` node; N enters the arithmetic as a 0-d tensor (the sum of
-    ``arange``'s ones), so no operator takes a symbolic scalar."""
+    nodes. ``length`` is N, an int or a ``sym_size`` node; N enters the arithmetic as a 0-d tensor
+    (:func:`length_as_tensor`)."""
     aten = torch.ops.aten
     index = emit(aten.arange.default, length, dtype=torch.int64, device=device)
-    count = emit(aten.sum.default, emit(aten.ones_like.default, index))
+    count = length_as_tensor(emit, index)
     products = emit(aten.mul.Tensor, emit(aten.unsqueeze.default, index, 1), emit(aten.unsqueeze.default, index, 0))
     turns = emit(aten._to_copy.default, emit(aten.remainder.Tensor, products, count), dtype=dtype)
     real_count = emit(aten._to_copy.default, count, dtype=dtype)
