@@ -1,8 +1,8 @@
-"""Stage 3 of the ExecuTorch exporter, continued: speed patches for ExecuTorch's lowering (``to_backend``).
+"""Stage 3 of the ExecuTorch exporter, continued: speed (and memory) patches for ExecuTorch's lowering (``to_backend``).
 
 Registered with ``register_patch("executorch", ...)`` like the patches in ``exporters.exporter_executorch``, which
-imports this module, so every ExecuTorch export installs them. They change how fast the lowering runs, never
-what it produces: the serialized ``.pte`` is byte-identical with and without them
+imports this module, so every ExecuTorch export installs them. They change how fast (or in how much memory) the
+lowering runs, never what it produces: the serialized ``.pte`` is byte-identical with and without them
 (tests/test_executorch_lowering.py compares the bytes; ``--without NAME`` turns one off). So they record no hits
 (``counts_itself`` and never ``record_hit``): ``workarounds_fired`` lists what an export's result depends on, and
 no result depends on these. A hit would also mislead the audit: a re-run without a speed patch always passes,
@@ -24,8 +24,9 @@ machine, 2026-12-01; cumulative seconds under cProfile, share of the export):
 Across both, ``copy.deepcopy`` of node provenance (``NodeSource.__init__``, every re-traced node) takes 3.8 s
 (Llama, 14 %) and 30 s (Funnel, 14 %). ``legalize_graph`` grows with partitions x graph size, so it dominates the
 graphs XNNPACK cuts into hundreds of partitions (Qwen3-Next: 447 partitions of a 5,091-node graph, 0.42 s per call,
-up to 187 s; sweeps/causes.toml, ``executorch-xnnpack-many-partitions-slow-lowering``). Three patches below:
-``legalize_graph`` in place, the group partitioner's merge check, the provenance copy. Not patched: the XNNPACK
+up to 187 s; sweeps/causes.toml, ``executorch-xnnpack-many-partitions-slow-lowering``). Four patches below:
+``legalize_graph`` in place, the group partitioner's merge check and its dependency closures (as bitsets: memory,
+not time, quadratic in the graph's nodes), the provenance copy. Not patched: the XNNPACK
 passes re-tracing every partition and ``run_decompositions`` (ExecuTorch's pipeline itself, no cheaper equivalent
 that is visibly the same). ``benchmarks/bench_executorch_lowering.py`` measures the patches' effect.
 """
@@ -33,17 +34,18 @@ that is visibly the same). ``benchmarks/bench_executorch_lowering.py`` measures 
 from __future__ import annotations
 
 import collections
+import collections.abc
 import contextlib
 import copy
 import operator
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 
 from exporters.utils import register_patch
 
-__all__ = ["legalized_order"]
+__all__ = ["DependencyBits", "ReachableNodes", "legalized_order"]
 
 # The ops torch.fx's ``legalize_graph`` schedules first once they are ready (runtime assertions and the symbolic
 # arithmetic they read), in torch 2.13's torch/fx/passes/tools_common.py:278-296. The order computed here must be
@@ -209,12 +211,110 @@ def _patch_merge_check_intersects_sets(original: Callable) -> Callable:
         combined = set(partitions_by_id[p1].nodes.keys()).union(set(partitions_by_id[p2].nodes.keys()))
         # Each external user once, in the original's order, so that the first refusal comes at the same node.
         external = dict.fromkeys(user for node in combined for user in node.users if user not in combined)
-        downstreams_of = self.dependency_viewer.downstreams_of
-        if any(not combined.isdisjoint(downstreams_of(user)) for user in external):
+        if any(_reaches_into(self.dependency_viewer, combined, external)):
             return False
         return validate_partition(list(combined))
 
     return can_merge_partitions
+
+
+def _reaches_into(viewer: Any, nodes: set[torch.fx.Node], users: Iterable[torch.fx.Node]) -> Iterator[bool]:
+    """Whether each of ``users`` reaches one of ``nodes``: one AND of bitsets when ``viewer`` keeps them
+    (``_patch_dependency_closures_as_bitsets``), else a set intersection (ExecuTorch's own viewer)."""
+    if isinstance(viewer, DependencyBits):
+        bits = viewer.bits_of(nodes)
+        return (bool(viewer.downstream_bits(user) & bits) for user in users)
+    return (not nodes.isdisjoint(viewer.downstreams_of(user)) for user in users)
+
+
+class DependencyBits:
+    """Each node's transitive users and inputs as bitsets over the graph's node order, read like the sets of
+    ExecuTorch's ``_DependencyViewer`` (group_partitioner.py:18-38), which it stands in for.
+
+    The original keeps, for every node, a Python set of every node downstream and another of every node upstream:
+    about N**2 set entries for an N-node graph, which is what ran BailingHybridModel's and KimiLinearForCausalLM's
+    lowerings out of a 4 GiB cap (``MemoryError`` at group_partitioner.py:32, sweeps/causes.toml). An int with one
+    bit per node holds the same closure in N/8 bytes. The closures are built in the original's order, reading a
+    neighbour's closure as it stands at that point (so an unsorted graph gets the same, partial, answers); the
+    upstream ones, which the partitioner never reads, only when first asked for.
+    """
+
+    def __init__(self, graph_module: torch.fx.GraphModule) -> None:
+        self._nodes = list(graph_module.graph.nodes)
+        self._index = {node: index for index, node in enumerate(self._nodes)}
+        self._downstream = self._closures(reversed(self._nodes), lambda node: node.users)
+        self._upstream: dict[torch.fx.Node, int] | None = None
+
+    def _closures(self, nodes: Iterator[torch.fx.Node], neighbours: Callable) -> dict[torch.fx.Node, int]:
+        closures: dict[torch.fx.Node, int] = {}
+        for node in nodes:
+            bits = 0
+            for neighbour in neighbours(node):
+                bits |= (1 << self._index[neighbour]) | closures.get(neighbour, 0)
+            closures[node] = bits
+        return closures
+
+    def bits_of(self, nodes: Iterable[torch.fx.Node]) -> int:
+        """The bitset of ``nodes``; nodes the graph did not have when this was built are in no closure, so left out."""
+        bits = 0
+        for node in nodes:
+            if node in self._index:
+                bits |= 1 << self._index[node]
+        return bits
+
+    def downstream_bits(self, node: torch.fx.Node) -> int:
+        return self._downstream.get(node, 0)
+
+    def downstreams_of(self, node: torch.fx.Node) -> ReachableNodes:
+        return ReachableNodes(self.downstream_bits(node), self._nodes, self._index)
+
+    def upstreams_of(self, node: torch.fx.Node) -> ReachableNodes:
+        if self._upstream is None:
+            self._upstream = self._closures(iter(self._nodes), lambda node: node.all_input_nodes)
+        return ReachableNodes(self._upstream.get(node, 0), self._nodes, self._index)
+
+
+class ReachableNodes(collections.abc.Set):
+    """A read-only set of nodes backed by a :class:`DependencyBits` bitset (iterated in graph order)."""
+
+    __slots__ = ("_bits", "_index", "_nodes")
+
+    def __init__(self, bits: int, nodes: list[torch.fx.Node], index: dict[torch.fx.Node, int]) -> None:
+        self._bits, self._nodes, self._index = bits, nodes, index
+
+    def __contains__(self, node: object) -> bool:
+        position = self._index.get(node)  # type: ignore[call-overload]
+        return position is not None and bool(self._bits >> position & 1)
+
+    def __iter__(self) -> Iterator[torch.fx.Node]:
+        lowest_first = bin(self._bits)[:1:-1]
+        return (self._nodes[position] for position, bit in enumerate(lowest_first) if bit == "1")
+
+    def __len__(self) -> int:
+        return self._bits.bit_count()
+
+
+@register_patch(
+    "executorch",
+    "executorch.exir.backend.canonical_partitioners.group_partitioner._DependencyViewer",
+    upstream="https://github.com/pytorch/executorch/issues/6191",
+    dependency="executorch",
+    counts_itself=True,
+    speed=True,
+)
+def _patch_dependency_closures_as_bitsets(original: type) -> type:
+    """Let the XNNPACK group partitioner keep its dependency closures as bitsets (:class:`DependencyBits`).
+
+    ``GroupBasedPartitioner.__init__`` builds a ``_DependencyViewer`` of the whole edge graph, whose two dicts of
+    sets hold about N**2 node references: BailingHybridModel's graph filled the sweep's 4 GiB cap with them, and
+    KimiLinearForCausalLM's dynamic one too. The bitsets answer every ``downstreams_of`` / ``upstreams_of`` with
+    the same nodes, and ``_patch_merge_check_intersects_sets`` asks them with one AND per external user, so the
+    partitions, and the ``.pte`` bytes, are the same. Upstream: the related pytorch/executorch#6191 (XNNPACK
+    partitioning of a large graph); torch's own partitioner dropped its upstream closures for the same quadratic
+    cost in pytorch/pytorch#136608 (closed there, merged in another form); the ready-to-file issue is
+    docs/upstream-drafts/_patch_partition_fusing_sorts_in_place.md.
+    """
+    return DependencyBits
 
 
 @register_patch(

@@ -272,6 +272,13 @@ COVERAGE: dict[str, list[str]] = {
         "test_executorch_lowering.py::test_merge_check_answers_as_the_original_with_at_most_its_lookups",
         "test_executorch_lowering.py::test_patches_change_nothing_in_the_serialized_program",
     ],
+    "_patch_dependency_closures_as_bitsets": [
+        "test_executorch_lowering.py::test_bitset_closures_hold_the_viewers_sets",
+        "test_executorch_lowering.py::test_bitset_closures_take_a_fraction_of_the_viewers_memory",
+        "test_executorch_lowering.py::test_merge_check_over_bitset_closures_answers_as_the_original",
+        "test_executorch_lowering.py::test_merge_check_over_bitset_closures_answers_as_the_original_on_random_partitions",
+        "test_executorch_lowering.py::test_patches_change_nothing_in_the_serialized_program",
+    ],
     "_patch_node_source_shares_its_history": [
         "test_executorch_lowering.py::test_provenance_is_shared_not_deep_copied",
         "test_executorch_lowering.py::test_node_source_shares_the_history_torch_deep_copies",
@@ -544,6 +551,6 @@ def test_speed_workarounds_are_marked_so_the_audit_never_removes_them_for_passin
     load_all_workarounds()
     assert {w.name for w in all_workarounds() if w.speed} == {
         "_patch_partition_fusing_sorts_in_place", "_patch_merge_check_intersects_sets",
-        "_patch_node_source_shares_its_history", "_patch_multi_output_match_checks_its_first_node",
+        "_patch_dependency_closures_as_bitsets", "_patch_node_source_shares_its_history", "_patch_multi_output_match_checks_its_first_node",
         "_patch_pt2_schema_conversion_planned_once", "_patch_pt2_expression_parsed_once",
     }  # fmt: skip
