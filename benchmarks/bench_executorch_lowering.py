@@ -13,7 +13,8 @@ samples. The figure is the CPU seconds of ``to_edge_transform_and_lower`` (``low
 patches act in; ``export_cpu`` is the whole export call. On the shared machine CPU seconds of one path vary a
 few per cent where wall seconds vary 2x, so ratios come from CPU seconds. Each sample also records the
 SHA-256 of the serialized ``.pte``: the patches must not change it, and a row whose two paths differ says so
-(``same_pte: false``).
+(``same_pte: false``), and the child's peak RSS (``peak_rss_mb``, what ``_patch_dependency_closures_as_bitsets``
+acts on; the warm-up and the tiny model count in both paths alike).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -82,6 +84,7 @@ def child(name: str, path: str, patches: list[str]) -> dict[str, Any]:
         "load_after": round(os.getloadavg()[0], 2),
         "pte_sha256": hashlib.sha256(buffer).hexdigest(),
         "pte_bytes": len(buffer),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "fired": {k: v for k, v in result.metadata.workarounds_fired.items() if k in patches},
         "stage_seconds": result.metadata.stage_seconds,
     }
@@ -104,12 +107,14 @@ def _row(name: str, samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         row[path] = {
             "lowering_cpu": min((s["lowering_cpu"] for s in good), default=None),
             "export_cpu": min((s["export_cpu"] for s in good), default=None),
+            "peak_rss_mb": min((s["peak_rss_mb"] for s in good if "peak_rss_mb" in s), default=None),
             "samples": taken,
         }
     best = {path: row[path]["lowering_cpu"] for path in samples}
     if all(best.values()):
         row["with_vs_without_lowering_cpu"] = round(best["with"] / best["without"], 3)
         row["with_vs_without_export_cpu"] = round(row["with"]["export_cpu"] / row["without"]["export_cpu"], 3)
+        row["with_vs_without_peak_rss"] = round(row["with"]["peak_rss_mb"] / row["without"]["peak_rss_mb"], 3)
     hashes = {s["pte_sha256"] for taken in samples.values() for s in taken if "error" not in s}
     row["same_pte"] = len(hashes) == 1
     return row
@@ -136,7 +141,7 @@ def main() -> None:
             for path in (("with", "without") if round_ % 2 == 0 else ("without", "with")):
                 sample = _sample(name, path, patches)
                 samples[path].append(sample)
-                print(name, path, {k: sample.get(k) for k in ("lowering_cpu", "export_cpu", "seconds", "error")},
+                print(name, path, {k: sample.get(k) for k in ("lowering_cpu", "export_cpu", "peak_rss_mb", "seconds", "error")},
                       flush=True)
         rows.append(_row(name, samples))
         print(name, {k: v for k, v in rows[-1].items() if k not in ("with", "without")}, flush=True)
