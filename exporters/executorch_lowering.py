@@ -24,9 +24,10 @@ machine, 2026-12-01; cumulative seconds under cProfile, share of the export):
 Across both, ``copy.deepcopy`` of node provenance (``NodeSource.__init__``, every re-traced node) takes 3.8 s
 (Llama, 14 %) and 30 s (Funnel, 14 %). ``legalize_graph`` grows with partitions x graph size, so it dominates the
 graphs XNNPACK cuts into hundreds of partitions (Qwen3-Next: 447 partitions of a 5,091-node graph, 0.42 s per call,
-up to 187 s; sweeps/causes.toml, ``executorch-xnnpack-many-partitions-slow-lowering``). Four patches below:
+up to 187 s; sweeps/causes.toml, ``executorch-xnnpack-many-partitions-slow-lowering``). Five patches below:
 ``legalize_graph`` in place, the group partitioner's merge check and its dependency closures (as bitsets: memory,
-not time, quadratic in the graph's nodes), the provenance copy. Not patched: the XNNPACK
+not time, quadratic in the graph's nodes), the provenance copy, and the shape guards printed once per shape
+environment rather than once per program built over it (dynamic exports). Not patched: the XNNPACK
 passes re-tracing every partition and ``run_decompositions`` (ExecuTorch's pipeline itself, no cheaper equivalent
 that is visibly the same). ``benchmarks/bench_executorch_lowering.py`` measures the patches' effect.
 """
@@ -38,6 +39,7 @@ import collections.abc
 import contextlib
 import copy
 import operator
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -315,6 +317,48 @@ def _patch_dependency_closures_as_bitsets(original: type) -> type:
     docs/upstream-drafts/_patch_partition_fusing_sorts_in_place.md.
     """
     return DependencyBits
+
+
+@register_patch(
+    "executorch",
+    "torch.export.exported_program._convert_guards_to_code",
+    dependency="torch",
+    counts_itself=True,
+    speed=True,
+)
+def _patch_guards_code_printed_once_per_shape_env(original: Callable) -> Callable:
+    """Print a shape environment's guards once, not once for every program built over it.
+
+    ``ExportedProgram.__init__`` (torch/export/exported_program.py:1141) ends with ``_convert_guards_to_code``
+    (:1783), which prints every guard of the graph's ``ShapeEnv`` as Python with sympy. The lowering builds an
+    ``ExportedProgram`` for every XNNPACK partition (``create_exported_program_from_submodule``) and for every
+    pass that transforms one, and all of them share the exported program's ``ShapeEnv``: a dynamic
+    Qwen3.5 text model has 1,349 guards (0.11 s CPU to print), so the work grows as partitions x passes x
+    guards. It is where 8 of the 21 ExecuTorch dynamic sweep timeouts had their stack dumped at 540 s
+    (sweeps/causes.toml, executorch-dynamic-lowering-over-600s). Here the printed lines are kept per
+    ``ShapeEnv`` and reused while what they are printed from is unchanged: the guard list (only ever appended
+    to) and every symbol's sources (the printer names a symbol by its first source; local symbols are those
+    without a constant source). Each caller gets its own copy of the same lines. The ready-to-file issue is
+    docs/upstream-drafts/_patch_guards_code_printed_once_per_shape_env.md.
+    """
+    printed: weakref.WeakKeyDictionary[Any, tuple[tuple, list[str]]] = weakref.WeakKeyDictionary()
+
+    def convert_guards_to_code(graph_module: torch.fx.GraphModule) -> list[str]:
+        from torch.export.exported_program import _get_shape_env
+
+        shape_env = _get_shape_env(graph_module)
+        if shape_env is None:
+            return original(graph_module)
+        printed_from = (
+            len(shape_env.guards),
+            tuple((symbol, tuple(map(id, sources))) for symbol, sources in shape_env.var_to_sources.items()),
+        )
+        kept = printed.get(shape_env)
+        if kept is None or kept[0] != printed_from:
+            kept = printed[shape_env] = (printed_from, original(graph_module))
+        return list(kept[1])
+
+    return convert_guards_to_code
 
 
 @register_patch(

@@ -19,6 +19,7 @@ from torch.fx.passes.tools_common import legalize_graph
 from exporters.executorch_lowering import (
     DependencyBits,
     _legalize_in_place,
+    _patch_guards_code_printed_once_per_shape_env,
     _patch_merge_check_intersects_sets,
     _patch_node_source_shares_its_history,
     legalized_order,
@@ -28,7 +29,8 @@ PATCH = "_patch_partition_fusing_sorts_in_place"
 MERGE_PATCH = "_patch_merge_check_intersects_sets"
 BITS_PATCH = "_patch_dependency_closures_as_bitsets"
 HISTORY_PATCH = "_patch_node_source_shares_its_history"
-ALL_PATCHES = frozenset({PATCH, MERGE_PATCH, BITS_PATCH, HISTORY_PATCH})
+GUARDS_PATCH = "_patch_guards_code_printed_once_per_shape_env"
+ALL_PATCHES = frozenset({PATCH, MERGE_PATCH, BITS_PATCH, HISTORY_PATCH, GUARDS_PATCH})
 BLOCKS = 30
 
 
@@ -312,3 +314,70 @@ def test_node_source_shares_the_history_torch_deep_copies():
     assert ours.from_node[0] is y.meta["from_node"][0]  # the patch shares it
     y.meta["from_node"].append(NodeSource(None, "third"))  # what the graph transform observer does in place
     assert len(ours.from_node) == len(torch_made.from_node) == 1
+
+
+def _program_with_guards() -> torch.export.ExportedProgram:
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            if x.shape[0] > 2:  # a guard on the batch, Ne(...) / Eq(...) guards from the view and the add
+                x = x * 2
+            return x.reshape(-1, 2).sum(-1) + y.reshape(-1, 2).sum(-1)
+
+    batch = Dim("batch", min=3, max=64)
+    return torch.export.export(
+        Model(), (torch.randn(4, 6), torch.randn(4, 6)), dynamic_shapes={"x": {0: batch}, "y": {0: batch}}
+    )
+
+
+def test_guards_are_printed_once_per_shape_env_while_it_is_unchanged():
+    from torch.export.exported_program import _convert_guards_to_code, _get_shape_env
+
+    program = _program_with_guards()
+    graph_module = program.graph_module
+    shape_env = _get_shape_env(graph_module)
+    printed = []
+
+    def counting(gm):
+        printed.append(gm)
+        return _convert_guards_to_code(gm)
+
+    ours = _patch_guards_code_printed_once_per_shape_env(counting)
+    expected = _convert_guards_to_code(graph_module)
+    assert expected  # the program has guards to print
+    answers = [ours(graph_module) for _ in range(5)]
+    assert all(answer == expected for answer in answers) and len(printed) == 1
+    answers[0].append("mutated by a caller")
+    assert ours(graph_module) == expected  # each caller gets its own copy
+    # A new guard, or a symbol whose first source changes, is printed again, as torch prints it.
+    shape_env.guards.append(shape_env.guards[0])
+    assert ours(graph_module) == _convert_guards_to_code(graph_module) and len(printed) == 2
+    sources = next(v for v in shape_env.var_to_sources.values() if v)
+    sources.append(sources[0])
+    assert ours(graph_module) == _convert_guards_to_code(graph_module) and len(printed) == 3
+    assert ours(torch.fx.symbolic_trace(torch.nn.ReLU())) == []  # no shape env: torch's own answer
+
+
+def test_a_dynamic_lowering_prints_its_guards_fewer_times_and_writes_the_same_program():
+    import torch.export.exported_program as exported_program
+
+    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+
+    calls = []
+    original = exported_program._convert_guards_to_code
+
+    def counting(gm):
+        calls.append(1)
+        return original(gm)
+
+    torch.manual_seed(0)
+    model, inputs = _Chain().eval(), {"x": torch.randn(2, 8)}
+    printed, buffers = {}, {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(exported_program, "_convert_guards_to_code", counting)
+        for key, without in (("with", frozenset()), ("without", frozenset({GUARDS_PATCH}))):
+            calls.clear()
+            result = ExecutorchExporter(ExecutorchConfig(dynamic=True, without=without)).export(model, inputs)
+            printed[key], buffers[key] = len(calls), result.artifact.buffer
+    assert printed["without"] > 2 * BLOCKS  # a program per partition, each printing every guard again
+    assert printed["with"] < printed["without"] / 5  # measured: 7 against 67
+    assert buffers["with"] == buffers["without"]

@@ -279,6 +279,10 @@ COVERAGE: dict[str, list[str]] = {
         "test_executorch_lowering.py::test_merge_check_over_bitset_closures_answers_as_the_original_on_random_partitions",
         "test_executorch_lowering.py::test_patches_change_nothing_in_the_serialized_program",
     ],
+    "_patch_guards_code_printed_once_per_shape_env": [
+        "test_executorch_lowering.py::test_guards_are_printed_once_per_shape_env_while_it_is_unchanged",
+        "test_executorch_lowering.py::test_a_dynamic_lowering_prints_its_guards_fewer_times_and_writes_the_same_program",
+    ],
     "_patch_node_source_shares_its_history": [
         "test_executorch_lowering.py::test_provenance_is_shared_not_deep_copied",
         "test_executorch_lowering.py::test_node_source_shares_the_history_torch_deep_copies",
@@ -551,6 +555,7 @@ def test_speed_workarounds_are_marked_so_the_audit_never_removes_them_for_passin
     load_all_workarounds()
     assert {w.name for w in all_workarounds() if w.speed} == {
         "_patch_partition_fusing_sorts_in_place", "_patch_merge_check_intersects_sets",
-        "_patch_dependency_closures_as_bitsets", "_patch_node_source_shares_its_history", "_patch_multi_output_match_checks_its_first_node",
+        "_patch_dependency_closures_as_bitsets", "_patch_node_source_shares_its_history",
+        "_patch_guards_code_printed_once_per_shape_env", "_patch_multi_output_match_checks_its_first_node",
         "_patch_pt2_schema_conversion_planned_once", "_patch_pt2_expression_parsed_once",
     }  # fmt: skip
