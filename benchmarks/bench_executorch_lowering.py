@@ -1,10 +1,10 @@
 """Lowering time of our ExecuTorch exporter with its lowering speed patches against ours without them.
 
 Run: ``HF_HUB_OFFLINE=1 nice -n 5 .venv/bin/python benchmarks/bench_executorch_lowering.py`` (the default models,
-~35 min on 2 shared cores), or narrow it: ``--models LlamaModel FunnelModel --repeat 2``. Writes
-benchmarks/results/executorch_lowering.json.
+~35 min on 2 shared cores), or narrow it: ``--models LlamaModel FunnelModel --repeat 2``; ``--dynamic`` exports
+with dynamic dims. Writes benchmarks/results/executorch_lowering.json (``executorch_lowering_dynamic.json``).
 
-Two paths per model, both ``ExecutorchExporter`` static XNNPACK: ``with`` (every workaround) and ``without``
+Two paths per model, both ``ExecutorchExporter`` XNNPACK (static, or dynamic with ``--dynamic``): ``with`` (every workaround) and ``without``
 (``without={--patches}``, by default every patch of exporters/executorch_lowering.py, as ``--without`` does on
 the command line). Every sample runs in a fresh child process, which first lowers a one-Linear module (imports
 and XNNPACK's once-per-process pattern graphs stay out of every timing), then builds the tiny model and times
@@ -43,7 +43,7 @@ def _lowering_patches() -> list[str]:
     return sorted(w.name for w in all_workarounds() if w.func.__module__ == lowering.__name__)
 
 
-def child(name: str, path: str, patches: list[str]) -> dict[str, Any]:
+def child(name: str, path: str, patches: list[str], dynamic: bool) -> dict[str, Any]:
     """One timed sample, in this (child) process."""
     import logging
     import warnings
@@ -68,8 +68,9 @@ def child(name: str, path: str, patches: list[str]) -> dict[str, Any]:
 
     exir.to_edge_transform_and_lower = timed_lowering  # the exporter imports it from executorch.exir per call
     without = frozenset(patches) if path == "without" else frozenset()
-    exporter = ExecutorchExporter(ExecutorchConfig(without=without))
-    exporter.export(torch.nn.Linear(8, 8), {"input": torch.randn(2, 8)})  # warm-up
+    exporter = ExecutorchExporter(ExecutorchConfig(dynamic=dynamic, without=without))
+    warm_up = ExecutorchExporter(ExecutorchConfig(without=without))  # static: a lone Linear keeps no dynamic dim
+    warm_up.export(torch.nn.Linear(8, 8), {"input": torch.randn(2, 8)})
     tiny = build_tiny(name)
     lowering.clear()
     load_before = os.getloadavg()[0]
@@ -90,8 +91,8 @@ def child(name: str, path: str, patches: list[str]) -> dict[str, Any]:
     }
 
 
-def _sample(name: str, path: str, patches: list[str]) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child", name, path, ",".join(patches)]
+def _sample(name: str, path: str, patches: list[str], dynamic: bool) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", name, path, ",".join(patches)] + (["--dynamic"] if dynamic else [])
     completed = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     for line in completed.stdout.splitlines():
         if line.startswith(RESULT_PREFIX):
@@ -127,28 +128,32 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="samples per path and model (the best counts)")
     parser.add_argument("--patches", nargs="+", default=None,
                         help="workarounds the 'without' path runs without (default: every lowering speed patch)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--dynamic", action="store_true",
+                        help="export with dynamic batch and sequence dims (what the guards patch acts on)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"default {DEFAULT_OUT.name}, or its _dynamic twin with --dynamic")
     args = parser.parse_args()
     if args.child:
         name, path, patches = args.child
-        print(RESULT_PREFIX + json.dumps(child(name, path, patches.split(","))), flush=True)
+        print(RESULT_PREFIX + json.dumps(child(name, path, patches.split(","), args.dynamic)), flush=True)
         return
     patches = args.patches or _lowering_patches()
+    out = args.out or DEFAULT_OUT.with_stem(DEFAULT_OUT.stem + ("_dynamic" if args.dynamic else ""))
     rows = []
     for name in args.models:
         samples: dict[str, list[dict[str, Any]]] = {"with": [], "without": []}
         for round_ in range(args.repeat):
             for path in (("with", "without") if round_ % 2 == 0 else ("without", "with")):
-                sample = _sample(name, path, patches)
+                sample = _sample(name, path, patches, args.dynamic)
                 samples[path].append(sample)
                 print(name, path, {k: sample.get(k) for k in ("lowering_cpu", "export_cpu", "peak_rss_mb", "seconds", "error")},
                       flush=True)
         rows.append(_row(name, samples))
         print(name, {k: v for k, v in rows[-1].items() if k not in ("with", "without")}, flush=True)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({
             "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "nproc": os.cpu_count(), "repeat": args.repeat, "patches": patches, "rows": rows,
+            "nproc": os.cpu_count(), "repeat": args.repeat, "dynamic": args.dynamic, "patches": patches, "rows": rows,
         }, indent=1) + "\n")  # after every model: a stopped run keeps what it measured
 
 
