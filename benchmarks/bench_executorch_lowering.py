@@ -108,7 +108,7 @@ def _row(name: str, samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         row[path] = {
             "lowering_cpu": min((s["lowering_cpu"] for s in good), default=None),
             "export_cpu": min((s["export_cpu"] for s in good), default=None),
-            "peak_rss_mb": min((s["peak_rss_mb"] for s in good if "peak_rss_mb" in s), default=None),
+            "peak_rss_mb": min((s["peak_rss_mb"] for s in good), default=None),
             "samples": taken,
         }
     best = {path: row[path]["lowering_cpu"] for path in samples}

@@ -247,7 +247,7 @@ class DependencyBits:
         self._downstream = self._closures(reversed(self._nodes), lambda node: node.users)
         self._upstream: dict[torch.fx.Node, int] | None = None
 
-    def _closures(self, nodes: Iterator[torch.fx.Node], neighbours: Callable) -> dict[torch.fx.Node, int]:
+    def _closures(self, nodes: Iterable[torch.fx.Node], neighbours: Callable) -> dict[torch.fx.Node, int]:
         closures: dict[torch.fx.Node, int] = {}
         for node in nodes:
             bits = 0
@@ -272,7 +272,7 @@ class DependencyBits:
 
     def upstreams_of(self, node: torch.fx.Node) -> ReachableNodes:
         if self._upstream is None:
-            self._upstream = self._closures(iter(self._nodes), lambda node: node.all_input_nodes)
+            self._upstream = self._closures(self._nodes, lambda node: node.all_input_nodes)
         return ReachableNodes(self._upstream.get(node, 0), self._nodes, self._index)
 
 

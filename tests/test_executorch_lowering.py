@@ -7,6 +7,7 @@ partitions (~4 s to lower); it is lowered once with and once without the patches
 from __future__ import annotations
 
 import copy
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,14 +86,16 @@ def chain_lowerings():
             lookups[0] = 0
             answers.append((check(self, *args), lookups[0]))
         run.merge_checks.append((answers[0][0], answers[1][0], answers[0][1], answers[1][1]))
-        viewer, self.dependency_viewer = self.dependency_viewer, bits_viewers.setdefault(id(self), DependencyBits(self.graph_module))
+        if self not in bits_viewers:
+            bits_viewers[self] = DependencyBits(self.graph_module)
+        viewer, self.dependency_viewer = self.dependency_viewer, bits_viewers[self]
         try:
             run.bitset_merge_checks.append((answers[0][0], ours(self, *args)))
         finally:
             self.dependency_viewer = viewer
         return answers[0][0]
 
-    bits_viewers = {}  # partitioner -> the viewer the bitset patch would have given it
+    bits_viewers = weakref.WeakKeyDictionary()  # partitioner -> the viewer the bitset patch would have given it
 
     built_bitsets = DependencyBits.__init__
 
