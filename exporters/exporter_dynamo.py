@@ -38,6 +38,7 @@ from exporters.base import (
 )
 from exporters.bundle import RUNTIMES
 from exporters.cache_pytree import register_pytree_types, register_walked_type
+from exporters.patches_dynamo import SECOND_SHAPE
 from exporters.signature import describe_component, output_structure
 from exporters.tiny import resized_mask
 from exporters.utils import apply_fx_program_fixes, installed_patches, tracking_hits
@@ -288,7 +289,7 @@ def second_shape_inputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> 
                 hints[size.node.expr] = int(inputs[name].shape[index])
     if not hints:
         return None
-    guards = getattr(program.module(), "_guards_fn", None)
+    guards = _input_guards(program)
     moved = dict(hints)
     for symbol, hint in hints.items():
         if moved[symbol] != hint:
@@ -311,6 +312,15 @@ def second_shape_inputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> 
                 moved |= dict.fromkeys(group, size)
                 break
     return _moved_inputs(inputs, sizes, moved)
+
+
+def _input_guards(program: ExportedProgram) -> torch.nn.Module | None:
+    """The check ``program.module()`` runs on its inputs first (``_guards_fn``), or None where it has none.
+
+    Under the second-shape patch: torch leaves the guards out when a caller's file path names executorch.
+    """
+    with installed_patches(SECOND_SHAPE):
+        return getattr(program.module(), "_guards_fn", None)
 
 
 def _moved_inputs(

@@ -1,6 +1,7 @@
 """Workarounds every backend shares, since ONNX and ExecuTorch export through ``DynamoExporter.export_program``:
-patches on torch.export itself (stage 2, ``installed_patches("dynamo", without)``) and fixes of the program it
-returns (stage 6, ``apply_fx_program_fixes(program, "dynamo")``).
+patches on torch.export itself (stage 2, ``installed_patches("dynamo", without)``), fixes of the program it
+returns (stage 6, ``apply_fx_program_fixes(program, "dynamo")``), and the patch the second-shape picker reads the
+program's guards under (``installed_patches(SECOND_SHAPE)``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from torch.export import ExportedProgram
 
 from exporters.utils import record_hit, register_fx_program_fix, register_patch
 
-__all__: list[str] = []
+__all__ = ["SECOND_SHAPE"]
 
 
 @register_patch(
@@ -112,3 +113,26 @@ def _after(node: torch.fx.Node, other: torch.fx.Node) -> bool:
             return True
         following = following.next
     return False
+
+
+# ── The second-shape picker's patch (backend "dynamo.second-shape": installed only while it reads the guards) ──
+SECOND_SHAPE = "dynamo.second-shape"  # every backend's dynamic validation picks its second shape this way
+
+
+@register_patch(SECOND_SHAPE, "torch.export._unlift._ok_to_generate_guards_fn", dependency="torch")
+def _patch_guards_fn_whoever_calls(original: Callable[[], bool]) -> Callable[[], bool]:
+    """``program.module()`` with its input guards (``_guards_fn``) whoever calls it.
+
+    torch builds ``_guards_fn`` only when no frame on the call stack has "executorch", "modai", "on_device_ai" or
+    "torchao" in its file path (``_ok_to_generate_guards_fn``, torch/export/_unlift.py:740), a stopgap for
+    ExecuTorch passes that cannot take the call_module it adds (pytorch/pytorch#162532). Our ExecuTorch exporter
+    lives in ``exporters/exporter_executorch.py``, so the second-shape picker it calls got a module without guards
+    and took sizes the program was not exported for: MusicgenMelodyForConditionalGeneration's decoder rows 7,
+    not a multiple of its 4 codebooks, where eager itself fails. Installed only around the picker's ``module()``
+    call, never during a lowering. Draft with reproducer: docs/upstream-drafts/_patch_guards_fn_whoever_calls.md.
+    """
+
+    def ok_to_generate_guards_fn() -> bool:
+        return True
+
+    return ok_to_generate_guards_fn

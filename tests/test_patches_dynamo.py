@@ -103,3 +103,33 @@ def test_without_the_fix_a_parameter_update_is_repeated_on_every_call(tmp_path):
     assert _parameter_mutations(program) == [
         "blocks.0.attention.output.weight", "blocks.0.feed_forward.value.weight",
         "blocks.1.attention.output.weight", "blocks.1.feed_forward.value.weight"]
+
+
+class CodebookRows(torch.nn.Module):
+    """MusicgenMelody's decoder in miniature: ``input_ids.reshape(-1, 4, length)``, batch x 4 codebook rows in one
+    dim, which torch.export keeps dynamic with a guard that the rows are a multiple of 4."""
+
+    def forward(self, input_ids):
+        return input_ids.reshape(-1, 4, input_ids.shape[-1]).float().mean(1)
+
+
+def _run_as_if_from(path: str, source: str, scope: dict) -> dict:
+    """Run ``source`` in a frame whose file is ``path``: torch's guard stopgap looks at callers' file paths."""
+    exec(compile(source, path, "exec"), scope)
+    return scope
+
+
+def test_the_second_shape_keeps_the_guards_when_an_executorch_file_asks_for_it():
+    """Was: the ExecuTorch exporter (exporters/exporter_executorch.py) got a guard-less ``program.module()`` from
+    torch, so MusicgenMelodyForConditionalGeneration's second shape had 7 decoder rows and eager failed."""
+    from exporters.exporter_dynamo import second_shape_inputs
+
+    inputs = {"input_ids": torch.randint(0, 9, (8, 5))}
+    program = DynamoExporter(DynamoConfig(dynamic=True)).export(CodebookRows(), inputs).program
+    scope = _run_as_if_from("exporters/exporter_executorch.py", "module = program.module()\n"
+                            "second = second_shape_inputs(program, inputs)",
+                            {"program": program, "inputs": inputs, "second_shape_inputs": second_shape_inputs})
+    assert not hasattr(scope["module"], "_guards_fn")  # torch's stopgap, which the patch is for
+    rows, length = scope["second"]["input_ids"].shape
+    assert rows % 4 == 0 and (rows, length) != (8, 5)
+    program.module()(**scope["second"])  # passes the guards

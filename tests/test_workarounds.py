@@ -279,6 +279,9 @@ COVERAGE: dict[str, list[str]] = {
         "test_executorch_lowering.py::test_merge_check_over_bitset_closures_answers_as_the_original_on_random_partitions",
         "test_executorch_lowering.py::test_patches_change_nothing_in_the_serialized_program",
     ],
+    "_patch_guards_fn_whoever_calls": [
+        "test_patches_dynamo.py::test_the_second_shape_keeps_the_guards_when_an_executorch_file_asks_for_it",
+        "test_executorch.py::test_a_dynamic_lowering_is_validated_at_a_second_shape_its_guards_allow"],
     "_patch_guards_code_printed_once_per_shape_env": [
         "test_executorch_lowering.py::test_guards_are_printed_once_per_shape_env_while_it_is_unchanged",
         "test_executorch_lowering.py::test_a_dynamic_lowering_prints_its_guards_fewer_times_and_writes_the_same_program",
