@@ -72,9 +72,9 @@ def in_memory_runner(backend: str, result: Any) -> Callable[[dict[str, Any]], An
         session = _session(result.artifact)
         return lambda inputs: _run(session, inputs)
     if backend == "executorch":
-        from exporters.exporter_executorch import _PteRunner
+        from exporters.executorch_program import PteRunner
 
-        return _PteRunner(result.artifact.buffer)
+        return PteRunner(result.artifact.buffer)
     module = result.artifact.module()
     return lambda inputs: module(**inputs)
 

@@ -23,11 +23,9 @@ tracing if a dim it leaves dynamic has no upper bound.
 from __future__ import annotations
 
 import contextlib
-import copy
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -44,6 +42,7 @@ from exporters import (  # noqa: F401  (register lowering speed, layout and outp
 )
 from exporters.base import ExportResult, config_as_dict, start_export
 from exporters.bundle import RUNTIMES
+from exporters.executorch_program import PteRunner, backend_config, owning_its_dicts, save_pte
 from exporters.executorch_symbolic import require_dims_kept
 from exporters.exporter_dynamo import (
     DynamoConfig,
@@ -179,10 +178,10 @@ class ExecutorchExporter:
                 apply_node_fixes(program, config.backend)
             exported_dims = dynamic_dim_ranges(program)
             with clock("to_edge_transform_and_lower"):
-                edge = to_edge_transform_and_lower(_owning_its_dicts(program), partitioner=partitioners)
+                edge = to_edge_transform_and_lower(owning_its_dicts(program), partitioner=partitioners)
             require_dims_kept(exported_dims, dynamic_dim_ranges(edge.exported_program()))
             with clock("to_executorch"):
-                lowered = edge.to_executorch(_backend_config(edge.exported_program()))
+                lowered = edge.to_executorch(backend_config(edge.exported_program()))
         with clock("metadata"):
             metadata = describe_export(self.backend, model, inputs, program, config, run)
             component = describe_component(program, inputs, "model.pte", RUNTIMES["executorch"])
@@ -198,8 +197,8 @@ class ExecutorchExporter:
             metadata=metadata,
             model=model,
             inputs=inputs,
-            run_artifact=_PteRunner(lowered.buffer),
-            save_artifact=lambda out: _save_pte(lowered.buffer, out / "model.pte"),
+            run_artifact=PteRunner(lowered.buffer),
+            save_artifact=lambda out: save_pte(lowered.buffer, out / "model.pte"),
             component=component,
             program=program,
             atol=config.atol,
@@ -215,21 +214,6 @@ class ExecutorchExporter:
             return None
         spec = bounded_dynamic_shapes(inputs, self.config.max_batch, self.config.max_sequence)
         return without_static_dims(spec, inputs, self.config.static_dims)
-
-
-def _owning_its_dicts(program: ExportedProgram) -> ExportedProgram:
-    """``program`` for ExecuTorch to lower: the same graph and tensors, in state_dict and constants dicts of its own.
-
-    Delegation removes each constant it moved into a delegate from the program it lowers (ExecuTorch 1.5.1,
-    ``_unsafe_adjust_original_program`` in exir/lowered_backend_module.py), and the edge program shares the
-    constants dict torch.export made, so afterwards ``program.module()`` (which the second validation shape's
-    guards come from, and which a user may call) fails with ``KeyError`` on every non-persistent buffer or
-    lifted constant an XNNPACK partition consumed (Nemotron3_5TranscribeAudioModel's speaker embedding).
-    """
-    lowered = copy.copy(program)
-    lowered._state_dict = dict(program.state_dict)
-    lowered._constants = dict(program.constants)
-    return lowered
 
 
 def bounded_dynamic_shapes(inputs: Mapping[str, Any], max_batch: int, max_sequence: int) -> dict[str, Any]:
@@ -264,55 +248,6 @@ def require_bounded_dims(program: ExportedProgram) -> None:
             f"ExecuTorch needs an upper bound on every dynamic dim; none on {', '.join(unbounded)} "
             "(give Dim(..., max=N) or Dim.AUTO(max=N) in dynamic_shapes)"
         )
-
-
-class _PteRunner:
-    """Runs the serialized program in the ExecuTorch runtime; loaded on first use, then reused."""
-
-    def __init__(self, buffer: bytes):
-        self.buffer = buffer
-        self.program: Any = None  # held with the method: the runtime program must outlive it
-        self.method: Any = None
-
-    def __call__(self, inputs: Mapping[str, Any]) -> list[torch.Tensor]:
-        if self.method is None:
-            from executorch.runtime import Runtime
-
-            self.program = Runtime.get().load_program(self.buffer)
-            self.method = self.program.load_method("forward")
-        flat = [leaf for leaf in pytree.tree_leaves(list(inputs.values())) if isinstance(leaf, torch.Tensor)]
-        return list(self.method.execute(flat))
-
-
-def _save_pte(buffer: bytes, path: Path) -> Path:
-    path.write_bytes(buffer)
-    return path
-
-
-def _backend_config(program: ExportedProgram) -> Any:
-    """``to_executorch``'s config: the mutated buffers whose initial value is not all zeros keep it.
-
-    ExecuTorch serializes only the shape and dtype of a buffer the graph mutates, its initial state being
-    "meaningless" (executorch/exir/emit/_emitter.py) unless a pass sets ``meta["et_init_buffer"]``. That holds
-    for KV caches (zeros, written before they are read) but not for a table the model re-assigns in forward and
-    reads: CTRL's ``self.pos_encoding = self.pos_encoding.to(...)`` (modeling_ctrl.py:317) made every output of
-    CTRLModel wrong. ``InitializedMutableBufferPass`` keeps the values of those buffers in the ``.pte``.
-    """
-    from executorch.exir import ExecutorchBackendConfig
-    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
-
-    signature, mutated = program.graph_signature, set(program.graph_signature.buffers_to_mutate.values())
-    stateful = [
-        name
-        for name, fqn in signature.inputs_to_buffers.items()
-        if fqn in mutated and torch.count_nonzero(_buffer_value(program, fqn)) > 0
-    ]
-    return ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(stateful)] if stateful else [])
-
-
-def _buffer_value(program: ExportedProgram, fqn: str) -> torch.Tensor:
-    """A buffer's value: persistent buffers are in ``state_dict``, non-persistent ones in ``constants``."""
-    return program.state_dict[fqn] if fqn in program.state_dict else program.constants[fqn]
 
 
 # ── Stage 1: Backend preparation ──

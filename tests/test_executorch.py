@@ -127,7 +127,7 @@ class ReassignedTable(torch.nn.Module):
 
 def test_a_mutated_buffer_keeps_its_initial_value_in_the_pte():
     """ExecuTorch serializes a mutated buffer without its values unless told; this one's values are read, so
-    without ``_backend_config`` every output element is off (max abs diff 1.95; CTRLModel in shard 3)."""
+    without ``backend_config`` (exporters.executorch_program) every output element is off (max abs diff 1.95; CTRLModel in shard 3)."""
     torch.manual_seed(0)
     result = ExecutorchExporter(ExecutorchConfig()).export(
         ReassignedTable(), {"input_ids": torch.randint(0, 16, (2, 8))}, validate=True
