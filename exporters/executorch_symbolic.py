@@ -16,7 +16,8 @@ on every input tied to it, while validation, which moves every dim still symboli
 
 A tensor whose size holds a data-dependent (unbacked) symbol has strides such as ``(1, u0)`` or ``(384*u0,
 384)``, and ExecuTorch's ``dim_order_from_stride`` cannot order them: :func:`dim_order_by_multiples` decides the
-pairs where one stride is a multiple of the other. Memory planning sizes each tensor by the upper bound of its
+pairs where one stride is a multiple of the other; a size that may be 0 (a ``length mod 4`` tail, empty at the
+sample) gets the strides torch gives it, :func:`contiguous_strides`, not 0. Memory planning sizes each tensor by the upper bound of its
 symbolic shape, and a floor division that divides exactly (``(s**2)//s``) is bounded as if it did not
 (128**2 // 2): :func:`cancel_exact_floor_divisions` writes the quotient first. The fixes are registered on ``"executorch"`` (stage 5 of
 ``exporters.exporter_executorch``, the patch around the whole lowering), so ``grep -n "@register_"`` finds
@@ -47,6 +48,7 @@ __all__ = [
     "LoweringSpecialisedError",
     "bounds_from_checks",
     "cancel_exact_floor_divisions",
+    "contiguous_strides",
     "decide_sym_min_max",
     "dim_order_by_multiples",
     "empty_as_zeros",
@@ -311,6 +313,56 @@ def _patch_dim_order_of_unbacked_strides(original: Callable) -> Callable:
             return order
 
     return dim_order_from_stride
+
+
+def contiguous_strides(shape: Sequence[int | torch.SymInt]) -> tuple[int | torch.SymInt, ...]:
+    """Row-major strides as torch makes them (``make_contiguous_strides_for``): every size counts as at least 1,
+    a symbolic one too (``sym_max(size, 1)``), so a dim that may be empty never makes the strides before it 0."""
+    strides: list[int | torch.SymInt] = []
+    accumulated: int | torch.SymInt = 1
+    for size in reversed(shape):
+        strides.append(accumulated)
+        accumulated = accumulated * (torch.sym_max(size, 1) if isinstance(size, torch.SymInt) else max(size, 1))
+    return tuple(reversed(strides))
+
+
+def _zero_at_the_sample(stride: int | torch.SymInt) -> bool:
+    """Whether a stride is 0 at the sample's sizes: what ``dim_order_from_stride``'s ``torch._check(s != 0)``
+    decides for a backed symbolic stride (an unbacked one, which has no sample value, is left to ExecuTorch)."""
+    if not isinstance(stride, torch.SymInt):
+        return stride == 0
+    return stride.node.hint == 0  # None for an unbacked stride
+
+
+@register_patch(
+    "executorch",
+    "executorch.exir.tensor.contiguous_stride_from_shape",
+    "executorch.exir.passes.replace_view_copy_with_view_pass.contiguous_stride_from_shape",
+    dependency="executorch",
+    counts_itself=True,
+)  # fmt: skip
+def _patch_contiguous_stride_of_a_size_that_may_be_0(original: Callable) -> Callable:
+    """Give a tensor spec torch's contiguous strides when ExecuTorch's are 0 at the sample, instead of failing.
+
+    ExecuTorch plans every tensor as contiguous, with strides from ``contiguous_stride_from_shape``
+    (executorch/exir/tensor.py:36), which counts an int size of 0 as 1, as torch does, but multiplies a symbolic
+    size as it is. A size that may be 0, such as the ``length mod 4`` tail DeepseekV4's compressor slices off
+    (``s70 - 4*(s70//4)``: 0 for the sample length 8), then makes the strides before it 0 at the sample, and
+    ``dim_order_from_stride``'s ``torch._check(s != 0)`` stops ``to_executorch`` with "0 in strides is not
+    supported for ExecuTorch" (DeepseekV4Model and DeepseekV4ForCausalLM, dynamic; static passes). Where that
+    would happen, :func:`contiguous_strides` (``sym_max(size, 1)``, torch's rule) is used instead; everywhere
+    else ExecuTorch's strides stay as they are. A hit is each spec given torch's strides. Not reported upstream
+    yet: the ready-to-file issue is docs/upstream-drafts/_patch_contiguous_stride_of_a_size_that_may_be_0.md.
+    """
+
+    def contiguous_stride_from_shape(shape: Sequence[int | torch.SymInt]) -> tuple[int | torch.SymInt, ...]:
+        strides = original(shape)
+        if not any(_zero_at_the_sample(stride) for stride in strides):
+            return strides
+        record_hit("_patch_contiguous_stride_of_a_size_that_may_be_0")
+        return contiguous_strides(shape)
+
+    return contiguous_stride_from_shape
 
 
 # Memory planning's size bound, where it is defined and where the symbolic-shape pass imported it.

@@ -19,6 +19,7 @@ from exporters.executorch_symbolic import (
     LoweringSpecialisedError,
     bounds_from_checks,
     cancel_exact_floor_divisions,
+    contiguous_strides,
     decide_sym_min_max,
     dim_order_by_multiples,
     python_mod_as_floor_division,
@@ -330,3 +331,48 @@ def test_an_empty_cat_of_symbolic_shape_is_emitted(executorch_needs):
         EmptyLatentCache(), inputs, "_fix_empty_cat_of_symbolic_shape",
         r"InternalError: .*Unsupported type encountered in int list", dynamic=True,
     )  # fmt: skip
+
+
+class RemainderTail(torch.nn.Module):
+    """DeepseekV4's compressor in miniature: whole groups of 4 positions, and the ``length mod 4`` tail after them,
+    which is empty at the sample length 8."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 16)
+
+    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.embed(input_ids)
+        whole = 4 * (x.shape[1] // 4)
+        return x[:, :whole].sum(1), x[:, whole:].cumsum(1)
+
+
+def test_a_size_empty_at_the_sample_is_planned_with_torchs_strides():
+    """ExecuTorch's spec strides multiply a symbolic size as it is, so the tail's ``s - 4*(s//4)`` (0 at the sample)
+    made the strides before it 0, and ``to_executorch`` stopped: "0 in strides is not supported for ExecuTorch"
+    (DeepseekV4Model and DeepseekV4ForCausalLM, dynamic)."""
+    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+
+    inputs = {"input_ids": torch.randint(0, 16, (2, 8), generator=torch.Generator().manual_seed(7))}
+    fixed = ExecutorchExporter(ExecutorchConfig(dynamic=True)).export(RemainderTail(), inputs, validate=True)
+    assert fixed.metadata.workarounds_fired["_patch_contiguous_stride_of_a_size_that_may_be_0"] >= 1
+    assert [shape.status for shape in fixed.validation.shapes] == ["pass", "pass"]
+
+    without = ExecutorchConfig(dynamic=True, without=frozenset({"_patch_contiguous_stride_of_a_size_that_may_be_0"}))
+    with pytest.raises(RuntimeError, match="0 in strides is not supported for ExecuTorch"):
+        ExecutorchExporter(without).export(RemainderTail(), inputs)
+
+
+def test_contiguous_strides_count_a_symbolic_size_as_at_least_one():
+    from executorch.exir.tensor import contiguous_stride_from_shape
+    from torch._dynamo.source import ConstantSource
+
+    env = ShapeEnv()
+    length = env.create_symintnode(env.create_symbol(8, source=ConstantSource("length")), hint=8)
+    tail = length - 4 * (length // 4)  # 0 at the sample
+    executorch_strides = contiguous_stride_from_shape((2, tail, 16))
+    assert [int(s.node.hint) if isinstance(s, torch.SymInt) else s for s in executorch_strides] == [0, 16, 1]
+    strides = contiguous_strides((2, tail, 16))
+    assert [int(s.node.hint) if isinstance(s, torch.SymInt) else s for s in strides] == [16, 16, 1]
+    assert list(contiguous_strides((2, 0, 16))) == list(torch.empty(2, 0, 16).stride())
+    assert contiguous_strides((2, length, 16))[0] == 16 * length  # a size >= 1 multiplies as it is

@@ -93,6 +93,10 @@ COVERAGE: dict[str, list[str]] = {
         "test_executorch_symbolic.py::test_planned_sizes_of_exact_divisions_fit_and_the_pte_loads",
         "test_executorch_symbolic.py::test_exact_floor_divisions_are_cancelled_and_inexact_ones_kept",
     ],
+    "_patch_contiguous_stride_of_a_size_that_may_be_0": [
+        "test_executorch_symbolic.py::test_a_size_empty_at_the_sample_is_planned_with_torchs_strides",
+        "test_executorch_symbolic.py::test_contiguous_strides_count_a_symbolic_size_as_at_least_one",
+    ],
     "_patch_dim_order_of_unbacked_strides": [
         "test_executorch_symbolic.py::test_dim_order_of_a_data_dependent_count_comes_from_its_multiples",
         "test_executorch_symbolic.py::test_strides_are_ordered_by_multiples_and_an_unrelated_pair_stays_undecided",
