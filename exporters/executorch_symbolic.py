@@ -17,8 +17,8 @@ on every input tied to it, while validation, which moves every dim still symboli
 A tensor whose size holds a data-dependent (unbacked) symbol has strides such as ``(1, u0)`` or ``(384*u0,
 384)``, and ExecuTorch's ``dim_order_from_stride`` cannot order them: :func:`dim_order_by_multiples` decides the
 pairs where one stride is a multiple of the other; a size that may be 0 (a ``length mod 4`` tail, empty at the
-sample) gets the strides torch gives it, :func:`contiguous_strides`, not 0. Memory planning sizes each tensor by the upper bound of its
-symbolic shape, and a floor division that divides exactly (``(s**2)//s``) is bounded as if it did not
+sample) gets the strides torch gives it (``make_contiguous_strides_for``), not 0. Memory planning sizes each
+tensor by the upper bound of its symbolic shape, and a floor division that divides exactly (``(s**2)//s``) is bounded as if it did not
 (128**2 // 2): :func:`cancel_exact_floor_divisions` writes the quotient first. The fixes are registered on ``"executorch"`` (stage 5 of
 ``exporters.exporter_executorch``, the patch around the whole lowering), so ``grep -n "@register_"`` finds
 them.
@@ -32,6 +32,7 @@ from typing import Any
 
 import sympy
 import torch
+from torch._prims_common import make_contiguous_strides_for
 from torch.fx.experimental.symbolic_shapes import (
     GuardOnDataDependentSymNode,
     guard_or_false,
@@ -48,7 +49,6 @@ __all__ = [
     "LoweringSpecialisedError",
     "bounds_from_checks",
     "cancel_exact_floor_divisions",
-    "contiguous_strides",
     "decide_sym_min_max",
     "dim_order_by_multiples",
     "empty_as_zeros",
@@ -315,17 +315,6 @@ def _patch_dim_order_of_unbacked_strides(original: Callable) -> Callable:
     return dim_order_from_stride
 
 
-def contiguous_strides(shape: Sequence[int | torch.SymInt]) -> tuple[int | torch.SymInt, ...]:
-    """Row-major strides as torch makes them (``make_contiguous_strides_for``): every size counts as at least 1,
-    a symbolic one too (``sym_max(size, 1)``), so a dim that may be empty never makes the strides before it 0."""
-    strides: list[int | torch.SymInt] = []
-    accumulated: int | torch.SymInt = 1
-    for size in reversed(shape):
-        strides.append(accumulated)
-        accumulated = accumulated * (torch.sym_max(size, 1) if isinstance(size, torch.SymInt) else max(size, 1))
-    return tuple(reversed(strides))
-
-
 def _zero_at_the_sample(stride: int | torch.SymInt) -> bool:
     """Whether a stride is 0 at the sample's sizes: what ``dim_order_from_stride``'s ``torch._check(s != 0)``
     decides for a backed symbolic stride (an unbacked one, which has no sample value, is left to ExecuTorch)."""
@@ -350,9 +339,10 @@ def _patch_contiguous_stride_of_a_size_that_may_be_0(original: Callable) -> Call
     (``s70 - 4*(s70//4)``: 0 for the sample length 8), then makes the strides before it 0 at the sample, and
     ``dim_order_from_stride``'s ``torch._check(s != 0)`` stops ``to_executorch`` with "0 in strides is not
     supported for ExecuTorch" (DeepseekV4Model and DeepseekV4ForCausalLM, dynamic; static passes). Where that
-    would happen, :func:`contiguous_strides` (``sym_max(size, 1)``, torch's rule) is used instead; everywhere
-    else ExecuTorch's strides stay as they are. A hit is each spec given torch's strides. Not reported upstream
-    yet: the ready-to-file issue is docs/upstream-drafts/_patch_contiguous_stride_of_a_size_that_may_be_0.md.
+    would happen, torch's own contiguous strides are used instead (``make_contiguous_strides_for`` in
+    torch/_prims_common, which counts every size as ``sym_max(size, 1)``); everywhere else ExecuTorch's strides stay
+    as they are. A hit is each spec given torch's strides. Not reported upstream yet: the ready-to-file issue is
+    docs/upstream-drafts/_patch_contiguous_stride_of_a_size_that_may_be_0.md.
     """
 
     def contiguous_stride_from_shape(shape: Sequence[int | torch.SymInt]) -> tuple[int | torch.SymInt, ...]:
@@ -360,7 +350,7 @@ def _patch_contiguous_stride_of_a_size_that_may_be_0(original: Callable) -> Call
         if not any(_zero_at_the_sample(stride) for stride in strides):
             return strides
         record_hit("_patch_contiguous_stride_of_a_size_that_may_be_0")
-        return contiguous_strides(shape)
+        return make_contiguous_strides_for(shape)
 
     return contiguous_stride_from_shape
 

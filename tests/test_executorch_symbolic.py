@@ -19,7 +19,6 @@ from exporters.executorch_symbolic import (
     LoweringSpecialisedError,
     bounds_from_checks,
     cancel_exact_floor_divisions,
-    contiguous_strides,
     decide_sym_min_max,
     dim_order_by_multiples,
     python_mod_as_floor_division,
@@ -363,16 +362,19 @@ def test_a_size_empty_at_the_sample_is_planned_with_torchs_strides():
         ExecutorchExporter(without).export(RemainderTail(), inputs)
 
 
-def test_contiguous_strides_count_a_symbolic_size_as_at_least_one():
+def test_a_spec_gets_torchs_strides_only_where_executorchs_are_0_at_the_sample():
     from executorch.exir.tensor import contiguous_stride_from_shape
     from torch._dynamo.source import ConstantSource
 
+    from exporters.executorch_symbolic import _patch_contiguous_stride_of_a_size_that_may_be_0
+
+    ours = _patch_contiguous_stride_of_a_size_that_may_be_0(contiguous_stride_from_shape)
     env = ShapeEnv()
     length = env.create_symintnode(env.create_symbol(8, source=ConstantSource("length")), hint=8)
     tail = length - 4 * (length // 4)  # 0 at the sample
     executorch_strides = contiguous_stride_from_shape((2, tail, 16))
     assert [int(s.node.hint) if isinstance(s, torch.SymInt) else s for s in executorch_strides] == [0, 16, 1]
-    strides = contiguous_strides((2, tail, 16))
+    strides = ours((2, tail, 16))
     assert [int(s.node.hint) if isinstance(s, torch.SymInt) else s for s in strides] == [16, 16, 1]
-    assert list(contiguous_strides((2, 0, 16))) == list(torch.empty(2, 0, 16).stride())
-    assert contiguous_strides((2, length, 16))[0] == 16 * length  # a size >= 1 multiplies as it is
+    assert list(ours((2, 0, 16))) == list(torch.empty(2, 0, 16).stride())
+    assert ours((2, length, 16))[0] == 16 * length  # a size >= 1 multiplies as it is

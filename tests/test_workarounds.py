@@ -95,7 +95,7 @@ COVERAGE: dict[str, list[str]] = {
     ],
     "_patch_contiguous_stride_of_a_size_that_may_be_0": [
         "test_executorch_symbolic.py::test_a_size_empty_at_the_sample_is_planned_with_torchs_strides",
-        "test_executorch_symbolic.py::test_contiguous_strides_count_a_symbolic_size_as_at_least_one",
+        "test_executorch_symbolic.py::test_a_spec_gets_torchs_strides_only_where_executorchs_are_0_at_the_sample",
     ],
     "_patch_dim_order_of_unbacked_strides": [
         "test_executorch_symbolic.py::test_dim_order_of_a_data_dependent_count_comes_from_its_multiples",
