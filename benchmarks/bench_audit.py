@@ -23,10 +23,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from fake_github import FakeGitHub  # noqa: E402
 from github import Auth, Github  # noqa: E402
 
-from bot.audit import run_audit  # noqa: E402
-from bot.pins import BACKEND_STACK, read_pins  # noqa: E402
-from bot.tracker import Tracker  # noqa: E402
-from bot.verification import Verification, exporter_version  # noqa: E402
+from bot.audit.pins import BACKEND_STACK, read_pins  # noqa: E402
+from bot.audit.verification import Verification, exporter_version  # noqa: E402
+from bot.github.tracker import Tracker  # noqa: E402
+from bot.run.audit_run import run_audit  # noqa: E402
 from exporters.ledger import load_ledger  # noqa: E402
 
 ENTRIES = 200

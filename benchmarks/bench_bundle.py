@@ -13,7 +13,7 @@ For Llama, BERT, ViT and T5 on each backend (dynamic shapes unless ``--static``)
   loaded back from the files, compared at both shapes, renamed into place.
 
 For ``.pt2`` rows two more paths, the same with plain ``torch.export.load`` instead of
-``exporters.pt2_loading.load_program`` (torch's deserialiser with its repeated type-hint lookups and
+``exporters.bundle.pt2_loading.load_program`` (torch's deserialiser with its repeated type-hint lookups and
 expression parses memoised): ``load + run (plain load)`` and ``save+validate (plain load)``.
 ``memoised_load_ratio`` is ``save+validate / save+validate (plain load)``, both timed in the same rounds.
 
@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 import exporters
-from bot.runner import ExportRequest, make_exporter
+from bot.run.runner import ExportRequest, make_exporter
 from exporters.tiny import build_tiny
 from exporters.validation import ValidationReport, check_shape
 
@@ -67,12 +67,12 @@ def best_interleaved(repeat: int, paths: dict[str, Callable[[], object]]) -> dic
 def in_memory_runner(backend: str, result: Any) -> Callable[[dict[str, Any]], Any]:
     """A fresh runtime object on the in-memory artifact (the path validation took before bundles)."""
     if backend == "onnx":
-        from exporters.exporter_onnx import _run, _session
+        from exporters.onnx.exporter import _run, _session
 
         session = _session(result.artifact)
         return lambda inputs: _run(session, inputs)
     if backend == "executorch":
-        from exporters.executorch_program import PteRunner
+        from exporters.executorch.program import PteRunner
 
         return PteRunner(result.artifact.buffer)
     module = result.artifact.module()
@@ -103,7 +103,7 @@ def run_flat(backend: str, run: Callable) -> Callable:
 @contextlib.contextmanager
 def plain_pt2_load() -> Iterator[None]:
     """Within the block ``exporters.load`` reads a ``.pt2`` with plain ``torch.export.load`` (the baseline)."""
-    from exporters import pt2_loading
+    from exporters.bundle import pt2_loading
 
     memoised = pt2_loading.load_program
     pt2_loading.load_program = lambda path, **_: memoised(path, memoised=False)

@@ -5,7 +5,7 @@ Run: ``HF_HUB_OFFLINE=1 nice -n 5 .venv/bin/python benchmarks/bench_executorch_l
 with dynamic dims. Writes benchmarks/results/executorch_lowering.json (``executorch_lowering_dynamic.json``).
 
 Two paths per model, both ``ExecutorchExporter`` XNNPACK (static, or dynamic with ``--dynamic``): ``with`` (every workaround) and ``without``
-(``without={--patches}``, by default every patch of exporters/executorch_lowering.py, as ``--without`` does on
+(``without={--patches}``, by default every patch of exporters/executorch/lowering.py, as ``--without`` does on
 the command line). Every sample runs in a fresh child process, which first lowers a one-Linear module (imports
 and XNNPACK's once-per-process pattern graphs stay out of every timing), then builds the tiny model and times
 one export. The two paths alternate, the order flipped each round; each cell is the best of ``--repeat``
@@ -37,7 +37,7 @@ DEFAULT_OUT = Path(__file__).parent / "results" / "executorch_lowering.json"
 
 
 def _lowering_patches() -> list[str]:
-    import exporters.executorch_lowering as lowering
+    import exporters.executorch.lowering as lowering
     from exporters.utils import all_workarounds
 
     return sorted(w.name for w in all_workarounds() if w.func.__module__ == lowering.__name__)
@@ -53,7 +53,7 @@ def child(name: str, path: str, patches: list[str], dynamic: bool) -> dict[str, 
     import executorch.exir as exir
     import torch
 
-    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+    from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
     from exporters.tiny import build_tiny
 
     lowering: list[float] = []

@@ -49,10 +49,10 @@ def best_decode(generate: Any, prompts: dict[str, torch.Tensor]) -> tuple[float,
 
 
 def ours(model: torch.nn.Module, prompts: dict[str, torch.Tensor], backend: str, work: Path) -> dict[str, Any]:
-    from bot.generate_cli import make_generation_exporter
-    from exporters.generation import GenerationExportConfig
-    from exporters.generation_export import export_for_generation
-    from exporters.loading import load
+    from bot.cli.generate import make_generation_exporter
+    from exporters.bundle.loading import load
+    from exporters.generation.components import GenerationExportConfig
+    from exporters.generation.export import export_for_generation
 
     started = time.perf_counter()
     export = export_for_generation(make_generation_exporter(backend), model, prompts,
@@ -143,8 +143,8 @@ class _Timed:
 
 
 def bench(name: str, backends: list[str], baseline: bool) -> dict[str, Any]:
-    from exporters.generation import make_prompts
-    from exporters.generation_loop import EagerGeneration
+    from exporters.generation.components import make_prompts
+    from exporters.generation.loop import EagerGeneration
 
     model = build(name)
     prompts = make_prompts("decoder-only", "input_ids", model.config, model.config.pad_token_id or 0, BATCH, PROMPT)

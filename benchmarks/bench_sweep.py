@@ -42,7 +42,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from bot.sweep import merge_records, read_results
+from bot.sweep.records import merge_records
+from bot.sweep.results import read_results
 
 CLASSES = (
     "AlbertModel", "BartModel", "BertModel", "BloomModel", "CLIPVisionModel", "ConvNextModel", "DeiTModel",
@@ -72,7 +73,7 @@ def run_config(
     """One sweep through the CLI; the figures come from its wall time and its records."""
     results = workdir / f"{backend}-{runner}-jobs{jobs}.jsonl"
     command = [
-        sys.executable, "-c", "from bot.sweep import sweep_group; sweep_group()", "run",
+        sys.executable, "-c", "from bot.cli.sweep import sweep_group; sweep_group()", "run",
         "--classes", str(classes_file), "--backend", backend, "--static", "--jobs", str(jobs),
         "--results", str(results), "--overwrite", *(["--no-fork"] if runner == "spawn" else []),
     ]  # fmt: skip
@@ -124,7 +125,7 @@ def catalogue_time() -> None:
     run (the shards ran with ``--jobs 1`` or ``2`` on two shared cores, so the sum is not their elapsed time).
     A mode whose shards are not all committed yet is also extrapolated from its mean to the whole catalogue.
     """
-    from bot.sweep import enumerate_model_classes
+    from bot.sweep.catalogue import enumerate_model_classes
 
     catalogue = len(enumerate_model_classes())
     seconds: dict[str, list[float]] = {}
@@ -153,7 +154,7 @@ def catalogue_time() -> None:
 
 def throughput() -> None:
     """Exports per hour for ONNX and ExecuTorch, --jobs 1 and 2, and the whole-catalogue wall time it implies."""
-    from bot.sweep import enumerate_model_classes
+    from bot.sweep.catalogue import enumerate_model_classes
 
     catalogue = len(enumerate_model_classes())
     runs = []

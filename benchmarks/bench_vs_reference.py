@@ -85,8 +85,8 @@ RESULTS = Path(__file__).parent / "results"
 # ── The three export paths (each runs in a child) ──
 def _dynamic_spec(inputs: dict[str, Any], backend: str) -> Any:
     """The dynamic-shapes spec ours uses, so bare and ours trace the same problem."""
-    from exporters.exporter_dynamo import DynamoConfig, dynamic_shapes_for
-    from exporters.exporter_executorch import DEFAULT_MAX_BATCH, DEFAULT_MAX_SEQUENCE, bounded_dynamic_shapes
+    from exporters.dynamo.exporter import DynamoConfig, dynamic_shapes_for
+    from exporters.executorch.exporter import DEFAULT_MAX_BATCH, DEFAULT_MAX_SEQUENCE, bounded_dynamic_shapes
 
     if backend == "executorch":
         return bounded_dynamic_shapes(inputs, DEFAULT_MAX_BATCH, DEFAULT_MAX_SEQUENCE)
@@ -109,10 +109,10 @@ def bare(backend: str, dynamic: bool, model: Any, inputs: dict[str, Any]) -> Any
 
 def ours_exporter(backend: str, dynamic: bool) -> Any:
     if backend == "onnx":
-        from exporters.exporter_onnx import OnnxConfig, OnnxExporter
+        from exporters.onnx.exporter import OnnxConfig, OnnxExporter
 
         return OnnxExporter(OnnxConfig(dynamic=dynamic))
-    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+    from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
 
     return ExecutorchExporter(ExecutorchConfig(dynamic=dynamic))
 
@@ -132,7 +132,7 @@ def _warm_up(backend: str) -> None:
 
     import torch
 
-    for module in ("exporters.exporter_onnx", "exporters.exporter_executorch",
+    for module in ("exporters.onnx.exporter", "exporters.executorch.exporter",
                    "transformers.exporters.exporter_onnx", "transformers.exporters.exporter_executorch"):
         importlib.import_module(module)
     bare(backend, False, torch.nn.Linear(8, 8), {"input": torch.randn(2, 8)})

@@ -29,7 +29,7 @@ def variant_export(name: str, variant: str) -> Any:
     """A zero-argument export of a freshly built tiny ``name`` by ``variant`` (bare, ours, ours-W1-W2)."""
     from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
 
-    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+    from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
     from exporters.tiny import build_tiny
 
     tiny = build_tiny(name)

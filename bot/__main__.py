@@ -1,5 +1,5 @@
 """``python -m bot`` is ``exportbot``."""
 
-from bot.cli import main
+from bot.cli.main import main
 
 main()

@@ -30,7 +30,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from bot.rerun import DEFAULT_RUNS, DEFAULT_TIMEOUT
+from bot.run.reruns import DEFAULT_RUNS, DEFAULT_TIMEOUT
 
 CONFIG_FILE = "pyproject.toml"
 _REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+")

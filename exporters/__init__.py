@@ -10,24 +10,24 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-EXPORTER_MODULES = ("exporters.exporter_dynamo", "exporters.exporter_onnx", "exporters.exporter_executorch")
+EXPORTER_MODULES = ("exporters.dynamo.exporter", "exporters.onnx.exporter", "exporters.executorch.exporter")
 
 _LAZY = {
-    "DynamoConfig": "exporters.exporter_dynamo",
-    "DynamoExporter": "exporters.exporter_dynamo",
-    "OnnxConfig": "exporters.exporter_onnx",
-    "OnnxExporter": "exporters.exporter_onnx",
-    "ExecutorchConfig": "exporters.exporter_executorch",
-    "ExecutorchExporter": "exporters.exporter_executorch",
+    "DynamoConfig": "exporters.dynamo.exporter",
+    "DynamoExporter": "exporters.dynamo.exporter",
+    "OnnxConfig": "exporters.onnx.exporter",
+    "OnnxExporter": "exporters.onnx.exporter",
+    "ExecutorchConfig": "exporters.executorch.exporter",
+    "ExecutorchExporter": "exporters.executorch.exporter",
     "ONNX_DISABLE_OPTIMIZE": "exporters.ledger",
     "EXPORT_SKIPS": "exporters.ledger",
     "build_tiny": "exporters.tiny",
     "ExportOptions": "exporters.export_options",
     "DynamicDim": "exporters.export_options",
-    "load": "exporters.loading",
-    "register_bundle_types": "exporters.loading",
-    "ExportedModel": "exporters.loading",
-    "InputError": "exporters.loading",
+    "load": "exporters.bundle.loading",
+    "register_bundle_types": "exporters.bundle.loading",
+    "ExportedModel": "exporters.bundle.loading",
+    "InputError": "exporters.bundle.loading",
 }
 
 __all__ = [*_LAZY, "load_all_workarounds"]

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from exporters.bundle import (
+from exporters.bundle.format import (
     DEFAULT_COMPONENT,
     MANIFEST_FILE,
     SUMMARY_FILE,
@@ -255,7 +255,7 @@ class ExportResult:
 
     def _write_and_validate(self, directory: Path) -> ValidationReport:
         """Write the bundle, load it in fresh runtime objects, compare with eager, record the result in it."""
-        from exporters.loading import load
+        from exporters.bundle.loading import load
 
         self.validation = None
         written = self._write(directory)

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from exporters.bundle import TracedInt
+from exporters.bundle.format import TracedInt
 from exporters.utils import Workaround, active_disabled, announce_workaround, record_hit
 
 __all__ = ["ClassConstant", "register_pytree_rule", "register_pytree_types", "register_walked_type"]
@@ -193,7 +193,7 @@ def _empty_caches_as_subtrees(value: Any) -> bool | None:
     no cross-attention, so the cross-attention cache keeps its pre-created layers empty. As a tensor-free
     attribute it became a constant of the output spec, which cannot be saved (``cannot save a DynamicCache
     constant in a pytree context``) and would freeze the empty cache into the program; as a child it is a
-    subtree whose empty layers' ``keys = None`` are constant outputs (exporters/signature.py records those).
+    subtree whose empty layers' ``keys = None`` are constant outputs (exporters/bundle/signature.py records those).
     """
 
     return True if _nested_any(value, lambda item: type(item) in _WALKED_TYPES) else None

@@ -149,7 +149,7 @@ class ExportOptions:
             raise OptionError("--max-batch/--max-sequence bound dynamic dims: add --dynamic")
         max_batch, max_sequence = self.max_batch, self.max_sequence
         if backend == "executorch" and dynamic:  # ExecuTorch always bounds its dynamic dims
-            from exporters.exporter_executorch import DEFAULT_MAX_BATCH, DEFAULT_MAX_SEQUENCE
+            from exporters.executorch.exporter import DEFAULT_MAX_BATCH, DEFAULT_MAX_SEQUENCE
 
             max_batch, max_sequence = max_batch or DEFAULT_MAX_BATCH, max_sequence or DEFAULT_MAX_SEQUENCE
         if max_batch is not None and max_batch < self.batch_size:
@@ -227,7 +227,7 @@ class ExportOptions:
                 continue
             dims: dict[int, Any] = {}
             if dynamic and backend == "executorch":
-                from exporters.exporter_executorch import (
+                from exporters.executorch.exporter import (
                     DEFAULT_MAX_BATCH,
                     DEFAULT_MAX_SEQUENCE,
                     bounded_dynamic_shapes,

@@ -76,7 +76,7 @@ class Workaround:
     optional: bool = False
     counts_itself: bool = False  # a patch that calls record_hit only when it changes something
     # A speed-up: the artifact is the same without it, so an export passing without it says nothing about
-    # whether it may go (bot.verdict asks a human, with the benchmark to run, instead of proposing removal).
+    # whether it may go (bot.audit.verdict asks a human, with the benchmark to run, instead of proposing removal).
     speed: bool = False
 
     @property
@@ -245,7 +245,7 @@ def observing_hits(log: HitLog) -> Iterator[HitLog]:
     """Also count every hit into ``log`` while the block runs, whichever export records it.
 
     Why besides :func:`tracking_hits`: an export that raises loses its own log with its result, and what
-    fired before the failure is what the audit's supersession probes (bot.rerun) need to know.
+    fired before the failure is what the audit's supersession probes (bot.run.reruns) need to know.
     """
     _OBSERVERS.append(log)
     try:

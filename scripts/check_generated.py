@@ -14,7 +14,7 @@ Reported, not failed (the exporter hash changes with every commit to ``exporters
 have to re-run a sweep or an audit):
 
 3. How many sweep records, and how many ``registry/verified.toml`` entries, were made with exporter code
-   other than the current (``bot.verification.exporter_version``), and how many sweep records carry no hash.
+   other than the current (``bot.audit.verification.exporter_version``), and how many sweep records carry no hash.
 
 Usage: ``scripts/check_generated.py [--root DIR]`` (the repository by default).
 """
@@ -116,7 +116,7 @@ def unregistered_in_index(index: dict, registered: set[str]) -> list[str]:
 
 def exporter_hashes(root: Path) -> tuple[str, Counter, Counter]:
     """(current hash, hash → sweep records, hash → verified.toml entries); '' counts records without one."""
-    code = "from bot.verification import exporter_version; print(exporter_version())"
+    code = "from bot.audit.verification import exporter_version; print(exporter_version())"
     env = {**os.environ, "PYTHONPATH": str(root)}
     current = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                              check=True).stdout.strip()

@@ -48,18 +48,18 @@ class Target:
 
 TARGETS = {
     "validation": Target("exporters/validation.py", ("exporters.validation.*",), ("tests/test_validation.py",)),
-    "verdict": Target("bot/verdict.py", ("bot.verdict.*",), ("tests/test_verdict.py",)),
-    "plan": Target("bot/plan.py", ("bot.plan.*",), ("tests/test_plan.py",)),
+    "verdict": Target("bot/audit/verdict.py", ("bot.audit.verdict.*",), ("tests/test_verdict.py",)),
+    "plan": Target("bot/audit/plan.py", ("bot.audit.plan.*",), ("tests/test_plan.py",)),
     "ledger": Target(
-        "exporters/ledger_edit.py",  # the editing functions (split out of exporters/ledger.py)
-        tuple(f"exporters.ledger_edit.x{name}__mutmut_*" for name in (
+        "exporters/ledger/edit.py",  # the editing functions (split out of exporters/ledger/__init__.py)
+        tuple(f"exporters.ledger.edit.x{name}__mutmut_*" for name in (
             "__split", "__is_comment", "__entry_starts", "__valid_data", "__locate", "__commit", "_remove_entry",
             "_remove_model", "_set_fixed_in", "__toml_value", "_add_entry")),
         ("tests/test_ledger.py", "tests/test_ledger_edits.py", "tests/test_repro.py"),
     ),
     "prwriter": Target(  # the PR planning: which proposals go into the PR, from the audit report and the base
-        "bot/prwriter.py",
-        ("bot.prwriter.x_select_proposals__mutmut_*", "bot.prwriter.x__absent_from_base__mutmut_*"),
+        "bot/github/prwriter.py",
+        ("bot.github.prwriter.x_select_proposals__mutmut_*", "bot.github.prwriter.x__absent_from_base__mutmut_*"),
         ("tests/test_pr_planning.py",),
     ),
 }

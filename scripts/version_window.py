@@ -1,7 +1,7 @@
 """Measure which releases of each dependency the exporter works with: the window ``bisect`` searches.
 
 For each (package, version) of :data:`MATRIX`, a candidate environment is built exactly as
-``exportbot audit --candidate`` builds one (bot.venvs: layered on the pinned environment, only the moved
+``exportbot audit --candidate`` builds one (bot.run.venvs: layered on the pinned environment, only the moved
 package and what it drags installed), and a few tiny exports run there, each in its own
 ``python -m bot export`` process. One JSON line per export goes to ``docs/version-window.jsonl``; the
 table in ``docs/version-window.md`` is made from it (``--render``).
@@ -24,9 +24,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bot.pins import normalize_name  # noqa: E402
-from bot.rerun import subprocess_runner  # noqa: E402
-from bot.venvs import (  # noqa: E402
+from bot.audit.pins import normalize_name  # noqa: E402
+from bot.run.reruns import subprocess_runner  # noqa: E402
+from bot.run.venvs import (  # noqa: E402
     DEFAULT_CACHE,
     Uninstallable,
     constraints_with,

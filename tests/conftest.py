@@ -13,7 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 @pytest.fixture(scope="session")
 def onnx_export():
     """``onnx_export(name, dynamic)`` → ExportResult, cached per session (each export costs 3-10 s)."""
-    from exporters.exporter_onnx import OnnxConfig, OnnxExporter
+    from exporters.onnx.exporter import OnnxConfig, OnnxExporter
     from exporters.tiny import build_tiny
 
     cache: dict[tuple[str, bool], object] = {}
@@ -33,7 +33,7 @@ def et_export():
 
     A failed lowering is cached too and raised again, so a broken model costs one lowering, not one per test.
     """
-    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+    from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
     from exporters.tiny import build_tiny
 
     cache: dict[tuple[str, bool], object] = {}
@@ -79,7 +79,7 @@ def executorch_needs():
     ``--without`` it, lowering fails with ``error`` (a regex on ``Type: message``), so the test fails the day
     the workaround stops being needed or stops working.
     """
-    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+    from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
 
     def check(model, inputs, workaround: str, error: str, **config):
         fixed = ExecutorchExporter(ExecutorchConfig(**config)).export(model, inputs, validate=True)

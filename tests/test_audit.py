@@ -21,18 +21,12 @@ from fake_github import (
 )
 from github import Auth, Github
 
-from bot.audit import (
-    EXIT_ATTENTION,
-    EXIT_NOTHING,
-    EXIT_REMOVABLE,
-    audit_command,
-    render_markdown,
-    run_audit,
-    verification_records,
-)
-from bot.plan import plan_entry
-from bot.tracker import Tracker
-from bot.verification import Verification, load_verification, save_verification
+from bot.audit.plan import plan_entry
+from bot.audit.verification import Verification, load_verification, save_verification
+from bot.cli.audit import audit_command
+from bot.cli.audit_render import render_markdown
+from bot.github.tracker import Tracker
+from bot.run.audit_run import EXIT_ATTENTION, EXIT_NOTHING, EXIT_REMOVABLE, run_audit, verification_records
 from exporters.ledger import load_ledger
 
 REPO = "pytorch/pytorch"

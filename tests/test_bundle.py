@@ -21,9 +21,9 @@ import torch
 import torch.utils._pytree as pytree
 
 import exporters
-from exporters.bundle import SCHEMA_VERSION, BundleError, read_manifest
-from exporters.exporter_dynamo import DynamoConfig, DynamoExporter, _resample
-from exporters.signature import _INPUT_DIM_ROLES, output_structure, user_input_placeholders
+from exporters.bundle.format import SCHEMA_VERSION, BundleError, read_manifest
+from exporters.bundle.signature import _INPUT_DIM_ROLES, output_structure, user_input_placeholders
+from exporters.dynamo.exporter import DynamoConfig, DynamoExporter, _resample
 from exporters.tiny import build_tiny
 from exporters.utils import HitLog, tracking_hits
 from exporters.validation import named_tensors
@@ -145,7 +145,7 @@ def test_memoised_pt2_load_is_torchs_load_with_less_repeated_work(llama_dynamo, 
     type hints and each expression's parse once."""
     import typing
 
-    from exporters.pt2_loading import load_program
+    from exporters.bundle.pt2_loading import load_program
 
     _, directory = llama_dynamo
     exporters.register_bundle_types(directory)
@@ -183,7 +183,7 @@ def test_memoised_pt2_load_is_torchs_load_with_less_repeated_work(llama_dynamo, 
 
     from torch._export.serde import schema, serialize
 
-    from exporters.pt2_loading import _PlannedSchema
+    from exporters.bundle.pt2_loading import _PlannedSchema
 
     with zipfile.ZipFile(directory / "model.pt2") as archive:  # the schema objects themselves are torch's
         payload = json.loads(archive.read(next(n for n in archive.namelist() if n.endswith("models/model.json"))))
@@ -407,7 +407,7 @@ def test_a_traced_constant_survives_copies_and_saving_and_says_why_it_differs():
     import pickle
 
     from exporters.base import structure_difference
-    from exporters.bundle import TracedInt
+    from exporters.bundle.format import TracedInt
     from exporters.cache_pytree import _dumpable_context, _loaded_context
 
     traced = TracedInt(8, "sequence")

@@ -18,9 +18,9 @@ import torch
 from click.testing import CliRunner
 
 import exporters
-from bot.cli import main
-from bot.runner import ExportRequest, export_one
-from exporters.bundle import BundleError, check_replaceable, failure_record_path
+from bot.cli.main import main
+from bot.run.runner import ExportRequest, export_one
+from exporters.bundle.format import BundleError, check_replaceable, failure_record_path
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
@@ -81,7 +81,7 @@ def test_a_raise_in_the_onnx_lowering_leaves_a_dynamo_bundle_alone(previous, pub
 
 
 def test_a_validation_mismatch_leaves_the_bundle_and_records_the_comparison(previous, published, monkeypatch):
-    from exporters import runners
+    from exporters.bundle import runners
 
     def scaled(path, spec):
         run = runners.TorchExportRunner(path, spec)

@@ -17,7 +17,7 @@ from transformers import LlamaConfig
 from transformers.cache_utils import Cache, DummyLayer, DynamicCache, DynamicLayer, EncoderDecoderCache
 
 from exporters import cache_pytree
-from exporters.exporter_dynamo import DynamoConfig, DynamoExporter
+from exporters.dynamo.exporter import DynamoConfig, DynamoExporter
 from exporters.utils import all_workarounds
 
 RULES = ("_class_by_import_path", "_empty_caches_as_subtrees", "_layer_types_of_cache_maps",
@@ -160,7 +160,7 @@ class CountingCache(torch.nn.Module):
 
 
 def test_traced_counters_inside_a_dict_become_traced_ints(tmp_path):
-    from exporters.bundle import TracedInt
+    from exporters.bundle.format import TracedInt
 
     model, inputs = CountingCache(), kv(sequence=8)
     result = export(model, inputs, dynamic=True)

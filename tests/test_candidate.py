@@ -1,4 +1,4 @@
-"""``exportbot audit --candidate PKG==VER`` (bot.candidate, bot.venvs): removals and regressions of an unpinned release.
+"""``exportbot audit --candidate PKG==VER`` (bot.run.candidate, bot.run.venvs): removals and regressions of an unpinned release.
 
 The sample selection, the regression verdicts, the plan and the exit code are checked on small inputs
 with stub runners; ``test_candidate_audit_in_a_real_isolated_environment`` (slow) builds a real
@@ -15,8 +15,12 @@ import pytest
 from click.testing import CliRunner
 from test_audit import PINS, write_registry
 
-from bot.audit import EXIT_REGRESSION, AuditReport, audit_command
-from bot.candidate import (
+from bot.audit.plan import Export, entry_subject, plan_entry
+from bot.audit.regression_sample import SampledExport, choose_sample
+from bot.audit.report import ReportError, check_report
+from bot.cli.audit import audit_command
+from bot.run.audit_run import EXIT_REGRESSION, AuditReport
+from bot.run.candidate import (
     HOLDS,
     REGRESSION,
     STALE,
@@ -24,10 +28,7 @@ from bot.candidate import (
     CandidateEnvironment,
     check_regressions,
 )
-from bot.plan import Export, entry_subject, plan_entry
-from bot.regression_sample import SampledExport, choose_sample
-from bot.report import ReportError, check_report
-from bot.venvs import pin_mismatches
+from bot.run.venvs import pin_mismatches
 from exporters.ledger import load_ledger
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -127,7 +128,7 @@ def test_candidate_audit_in_a_real_isolated_environment(tmp_path):
     ledger has none left since Gemma 3's vmap entry was superseded: the real-release ledger's Dinov2 one) is
     re-run there and one export that passes at the pins is checked for a regression.
     About 1 to 2 minutes: the layered install takes seconds, each export 5 to 30 s."""
-    from bot.pins import read_pins
+    from bot.audit.pins import read_pins
 
     pins = read_pins(REPO_ROOT / "constraints.txt")
     assert pin_mismatches(pins) == [], "the layered environment needs the pinned .venv"

@@ -16,9 +16,8 @@ import torch
 from transformers.masking_utils import causal_mask_function, or_masks
 
 from exporters.base import StageClock
-from exporters.exporter_dynamo import DynamoConfig, DynamoExporter
-from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
-from exporters.exporter_onnx import OnnxConfig, OnnxExporter
+from exporters.dynamo.exporter import DynamoConfig, DynamoExporter
+from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
 from exporters.fx_rewrites import (
     count_bincount_by_comparison,
     count_bucketize_by_comparison,
@@ -28,6 +27,7 @@ from exporters.fx_rewrites import (
     running_extreme_by_triangle,
     split_complex_arithmetic,
 )
+from exporters.onnx.exporter import OnnxConfig, OnnxExporter
 from exporters.tiny import build_tiny
 from exporters.utils import all_workarounds
 
@@ -440,7 +440,7 @@ def test_onnx_needs_vmap_masks_built_by_broadcasting():
     ],
 )
 def test_swept_classes_pass_with_the_workaround_and_fail_without(model, backend, workaround, failure):
-    from bot.runner import ExportRequest, export_one
+    from bot.run.runner import ExportRequest, export_one
 
     fixed = export_one(ExportRequest(model, backend, ignore_ledger=("all",)))
     assert fixed.status == "pass", fixed.error

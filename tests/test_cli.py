@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bot.cli import main
+from bot.cli.main import main
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

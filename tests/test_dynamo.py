@@ -10,9 +10,10 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from exporters import cache_pytree, exporter_dynamo
+from exporters import cache_pytree
 from exporters.base import StageClock
-from exporters.exporter_dynamo import DynamoConfig, DynamoExporter
+from exporters.dynamo import exporter as exporter_dynamo
+from exporters.dynamo.exporter import DynamoConfig, DynamoExporter
 from exporters.tiny import build_tiny
 from exporters.validation import ValidationError
 
@@ -148,7 +149,7 @@ def test_second_shape_inputs_are_made_only_when_read(monkeypatch):
 
 def test_validation_catches_a_wrong_artifact(monkeypatch, tiny_llama):
     """Validation runs the file loaded back from disk: a runner whose first output is off must fail it."""
-    from exporters import runners
+    from exporters.bundle import runners
 
     real = runners.RUNNERS["torch.export"]
 

@@ -14,15 +14,15 @@ import torch
 from test_patches_dynamo import CodebookRows
 from torch.export import Dim
 
-from exporters import exporter_executorch
-from exporters.executorch_symbolic import LoweringSpecialisedError
-from exporters.exporter_executorch import (
+from exporters.executorch import exporter as exporter_executorch
+from exporters.executorch.exporter import (
     DEFAULT_MAX_BATCH,
     BackendUnavailableError,
     ExecutorchConfig,
     ExecutorchExporter,
     UnboundedDimError,
 )
+from exporters.executorch.symbolic import LoweringSpecialisedError
 from exporters.tiny import build_tiny
 from exporters.utils import all_workarounds
 
@@ -128,7 +128,7 @@ class ReassignedTable(torch.nn.Module):
 
 def test_a_mutated_buffer_keeps_its_initial_value_in_the_pte():
     """ExecuTorch serializes a mutated buffer without its values unless told; this one's values are read, so
-    without ``backend_config`` (exporters.executorch_program) every output element is off (max abs diff 1.95; CTRLModel in shard 3)."""
+    without ``backend_config`` (exporters.executorch.program) every output element is off (max abs diff 1.95; CTRLModel in shard 3)."""
     torch.manual_seed(0)
     result = ExecutorchExporter(ExecutorchConfig()).export(
         ReassignedTable(), {"input_ids": torch.randint(0, 16, (2, 8))}, validate=True

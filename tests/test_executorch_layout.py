@@ -1,4 +1,4 @@
-"""XNNPACK layout patches (exporters/executorch_layout.py): each .pte written, loaded back and run, with and
+"""XNNPACK layout patches (exporters/executorch/layout.py): each .pte written, loaded back and run, with and
 without the patch."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 from pte_runtime import run_pte
 
-from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
 from exporters.validation import ValidationError
 
 

@@ -1,4 +1,4 @@
-"""The ExecuTorch lowering speed patches (exporters/executorch_lowering.py): same program, less work.
+"""The ExecuTorch lowering speed patches (exporters/executorch/lowering.py): same program, less work.
 
 A chain of 30 linear+relu blocks, each followed by a ``cumsum`` that XNNPACK does not take, is cut into 30
 partitions (~4 s to lower); it is lowered once with and once without the patches, and both results are shared.
@@ -17,7 +17,7 @@ import torch.fx
 from torch.export import Dim
 from torch.fx.passes.tools_common import legalize_graph
 
-from exporters.executorch_lowering import (
+from exporters.executorch.lowering import (
     DependencyBits,
     _legalize_in_place,
     _patch_guards_code_printed_once_per_shape_env,
@@ -49,7 +49,7 @@ class _Chain(torch.nn.Module):
 @pytest.fixture(scope="module")
 def chain_lowerings():
     """{"with": Lowering, "without": Lowering}: the chain lowered with every workaround and without the three
-    patches of exporters/executorch_lowering.py, counting the work they avoid.
+    patches of exporters/executorch/lowering.py, counting the work they avoid.
 
     A full re-sort is one call of torch.fx's ``legalize_graph`` from ``create_submodule_from_nodes``; the patch
     receives the counting wrapper as its ``original`` and calls it only when it cannot sort in place. A merge check
@@ -61,7 +61,7 @@ def chain_lowerings():
     import torch.fx.traceback as fx_traceback
     from executorch.exir.backend.canonical_partitioners import group_partitioner
 
-    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+    from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
 
     run = Lowering(None, [], [], [], [0], [0])
     original_sort = lowered_backend_module.legalize_graph
@@ -251,7 +251,7 @@ def test_provenance_is_shared_not_deep_copied(chain_lowerings):
 def test_patches_change_nothing_in_the_serialized_program(chain_lowerings, matches_eager):
     with_patches, without_patches = chain_lowerings["with"].result, chain_lowerings["without"].result
     assert with_patches.artifact.buffer == without_patches.artifact.buffer
-    # and they record no hits: no export's result depends on them (exporters/executorch_lowering.py)
+    # and they record no hits: no export's result depends on them (exporters/executorch/lowering.py)
     assert with_patches.metadata.workarounds_fired == without_patches.metadata.workarounds_fired
     matches_eager(with_patches, with_patches.run_artifact)
 
@@ -363,7 +363,7 @@ def test_guards_are_printed_once_per_shape_env_while_it_is_unchanged():
 def test_a_dynamic_lowering_prints_its_guards_fewer_times_and_writes_the_same_program():
     import torch.export.exported_program as exported_program
 
-    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+    from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
 
     calls = []
     original = exported_program._convert_guards_to_code

@@ -1,4 +1,4 @@
-"""ExecuTorch fixes for Core ATen operators without a portable kernel (exporters/executorch_ops.py).
+"""ExecuTorch fixes for Core ATen operators without a portable kernel (exporters/executorch/ops.py).
 
 Such an operator lowers and is written, so the failure shows only when the ``.pte`` is loaded back: every
 test here runs the written file in ``executorch.runtime``, as a user would.
@@ -10,14 +10,14 @@ import pytest
 import torch
 from pte_runtime import run_pte
 
-from exporters.executorch_ops import (
+from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
+from exporters.executorch.ops import (
     antialiased_resize_as_matmuls,
     conv3d_as_conv2d_sum,
     negative_pad_as_slices,
     scatter_reduce_by_mask,
     sort_as_topk,
 )
-from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
 
 FIX = "_fix_scatter_reduce_without_portable_kernel"
 REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")

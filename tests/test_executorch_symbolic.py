@@ -1,4 +1,4 @@
-"""Symbolic sizes through ExecuTorch's lowering (exporters/executorch_symbolic.py).
+"""Symbolic sizes through ExecuTorch's lowering (exporters/executorch/symbolic.py).
 
 Each export here is dynamic and validated on the written ``.pte`` at the sample shape and at a second shape
 that moves every dynamic dim, so a dim the lowering made static shows as a failure, not as a pass; the dim
@@ -15,7 +15,7 @@ import torch
 from pte_runtime import run_pte, run_pte_in_child
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from exporters.executorch_symbolic import (
+from exporters.executorch.symbolic import (
     LoweringSpecialisedError,
     bounds_from_checks,
     cancel_exact_floor_divisions,
@@ -163,7 +163,7 @@ class RelativeShift(torch.nn.Module):
 def test_planned_sizes_of_exact_divisions_fit_and_the_pte_loads(tmp_path):
     """Bounded as ``max(n) // min(d)``, ``(s**2)//s`` made a tensor larger than the arena planned for it, and
     the written ``.pte`` did not load (0x21, MemoryAllocationFailed)."""
-    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+    from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
 
     model = RelativeShift().eval()
     inputs = {"input_ids": torch.randint(0, 16, (2, 8), generator=torch.Generator().manual_seed(5))}
@@ -210,7 +210,7 @@ def test_remainder_of_a_negative_size_is_pythons_in_the_pte(tmp_path):
     """ExecuTorch computes a size's ``%`` as C++ does (``-8 % 16 == -8``): the padded length and the block count
     come out 0, and the runtime rejects a kernel's arguments (0x12) or, in LongT5, ``padded // blocks`` kills the
     process (SIGFPE); with the fix, the ``.pte`` runs and both validation shapes pass."""
-    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+    from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
 
     inputs = {"input_ids": torch.randint(0, 16, (2, 8), generator=torch.Generator().manual_seed(3))}
     ids = [inputs["input_ids"]]
@@ -350,7 +350,7 @@ def test_a_size_empty_at_the_sample_is_planned_with_torchs_strides():
     """ExecuTorch's spec strides multiply a symbolic size as it is, so the tail's ``s - 4*(s//4)`` (0 at the sample)
     made the strides before it 0, and ``to_executorch`` stopped: "0 in strides is not supported for ExecuTorch"
     (DeepseekV4Model and DeepseekV4ForCausalLM, dynamic)."""
-    from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+    from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
 
     inputs = {"input_ids": torch.randint(0, 16, (2, 8), generator=torch.Generator().manual_seed(7))}
     fixed = ExecutorchExporter(ExecutorchConfig(dynamic=True)).export(RemainderTail(), inputs, validate=True)
@@ -366,7 +366,7 @@ def test_a_spec_gets_torchs_strides_only_where_executorchs_are_0_at_the_sample()
     from executorch.exir.tensor import contiguous_stride_from_shape
     from torch._dynamo.source import ConstantSource
 
-    from exporters.executorch_symbolic import _patch_contiguous_stride_of_a_size_that_may_be_0
+    from exporters.executorch.symbolic import _patch_contiguous_stride_of_a_size_that_may_be_0
 
     ours = _patch_contiguous_stride_of_a_size_that_may_be_0(contiguous_stride_from_shape)
     env = ShapeEnv()

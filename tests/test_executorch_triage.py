@@ -11,8 +11,8 @@ import pytest
 import torch
 from pte_runtime import run_pte
 
-from exporters.exporter_dynamo import DynamoConfig, DynamoExporter
-from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+from exporters.dynamo.exporter import DynamoConfig, DynamoExporter
+from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
 from exporters.fx_rewrites import drop_assertion_only_chain
 
 EOS = 2

@@ -1,4 +1,4 @@
-"""XNNPACK fixes (exporters/executorch_xnnpack.py): a partition output returned twice once XNNPACK's passes drop
+"""XNNPACK fixes (exporters/executorch/xnnpack.py): a partition output returned twice once XNNPACK's passes drop
 a clone, and PReLU on inputs that are not 4-D; each .pte written, loaded back and run, and without the fix the
 lowering refuses the program."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from pte_runtime import run_pte
 
-from exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
+from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
 
 
 class ReturnsAClone(torch.nn.Module):

@@ -18,7 +18,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from bot.cli import main
+from bot.cli.main import main
 from exporters.ledger import load_ledger
 
 ROOT = Path(__file__).resolve().parents[1]

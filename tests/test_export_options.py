@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
+from bot.cli.terminal import short_link, short_target
 from bot.errors import caused_by, first_line, hint_for, innermost_line
-from bot.terminal import short_link, short_target
 from exporters.export_options import DynamicDim, ExportOptions, OptionError, class_for_task, task_of
 from exporters.stages import quiet_native_noise, stage_events
 

@@ -1,6 +1,6 @@
 """The audit's re-run of a ``generate``-scope entry is a generation export with the gate off, not a plain one.
 
-Through the audit's own runner (bot.rerun.subprocess_runner: a real ``python -m bot export CLASS --dynamic
+Through the audit's own runner (bot.run.reruns.subprocess_runner: a real ``python -m bot export CLASS --dynamic
 --repro ID`` child reading a temporary registry). BertModel tells the two apart: its plain dynamic export
 passes, its generation export cannot exist (no generation head), so a child that fell back to a plain
 export would report a pass. Llama's generation export passes, validated token for token.
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.plan import entry_subject
-from bot.rerun import rerun_subject, scope_modes, subprocess_runner
+from bot.audit.plan import entry_subject
+from bot.run.reruns import rerun_subject, scope_modes, subprocess_runner
 from exporters.ledger import load_ledger
 
 ENTRY = """\

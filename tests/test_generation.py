@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from exporters.generation import GenerationExportConfig, plan_components, sample_prompts
-from exporters.generation_check import check_generation
-from exporters.generation_loop import EagerGeneration, run_generation
+from exporters.generation.check import check_generation
+from exporters.generation.components import GenerationExportConfig, plan_components, sample_prompts
+from exporters.generation.loop import EagerGeneration, run_generation
 from exporters.tiny import build_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +27,7 @@ NAME = "LlamaForCausalLM"
 @pytest.fixture(scope="session")
 def llama_bundle(tmp_path_factory):
     """The tiny Llama's generation bundle (ONNX), written and validated once; (directory, export, prompts)."""
-    from bot.generate_cli import export_generation
+    from bot.cli.generate import export_generation
 
     out = tmp_path_factory.mktemp("generation") / "llama-onnx"
     export = export_generation(NAME, "onnx", out, task="text-generation")
@@ -76,7 +76,7 @@ def test_generate_in_a_fresh_process_matches_eager(llama_bundle):
 
 def test_a_different_model_is_a_mismatch_at_the_first_differing_step(llama_bundle):
     out, _, prompts = llama_bundle
-    from exporters.loading import load
+    from exporters.bundle.loading import load
 
     other = build_tiny(NAME, seed=1).model
     check = check_generation(other, load(out), prompts, max_new_tokens=16)
@@ -87,7 +87,7 @@ def test_a_different_model_is_a_mismatch_at_the_first_differing_step(llama_bundl
 
 def test_eos_stops_rows_and_pads_them(llama_bundle):
     out, _, prompts = llama_bundle
-    from exporters.loading import load
+    from exporters.bundle.loading import load
 
     bundle = load(out)
     free = bundle.generate(**prompts, max_new_tokens=6)
@@ -102,7 +102,7 @@ def test_eos_stops_rows_and_pads_them(llama_bundle):
 
 def test_sampling_is_seeded(llama_bundle):
     out, _, prompts = llama_bundle
-    from exporters.loading import load
+    from exporters.bundle.loading import load
 
     bundle = load(out)
     first = bundle.generate(**prompts, max_new_tokens=8, do_sample=True, seed=3, top_k=50)
@@ -118,7 +118,7 @@ def test_a_constant_greedy_path_is_inconclusive():
         model.lm_head.weight.zero_()  # every logit 0: argmax is token 0 forever, for every row
     prompts = sample_prompts(model)
     plans = plan_components(model, prompts, GenerationExportConfig(), "onnx")
-    from exporters.generation import cache_layout
+    from exporters.generation.components import cache_layout
 
     reference = EagerGeneration(plans, cache_layout(model, plans, GenerationExportConfig(), "onnx"))
     check = check_generation(model, reference, prompts, max_new_tokens=16)
@@ -132,7 +132,7 @@ def test_eager_components_reproduce_eager_generate():
     prompts = sample_prompts(model, prompt_length=9, seed=2)
     config = GenerationExportConfig()
     plans = plan_components(model, prompts, config, "onnx")
-    from exporters.generation import cache_layout
+    from exporters.generation.components import cache_layout
 
     layout = cache_layout(model, plans, config, "onnx")
     check = check_generation(model, EagerGeneration(plans, layout), prompts, max_new_tokens=16)

@@ -19,12 +19,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from bot.generate_cli import NotForGeneration, build_generation_model
-from exporters.generation import DecoderOnlyStep, GenerationExportConfig, plan_components, sample_prompts
-from exporters.generation_check import degenerate
-from exporters.generation_support import GenerationUnsupported, unsupported_reason
+from bot.cli.generate import NotForGeneration, build_generation_model
+from exporters.generation.check import degenerate
+from exporters.generation.components import (
+    DecoderOnlyStep,
+    GenerationExportConfig,
+    plan_components,
+    sample_prompts,
+)
+from exporters.generation.support import GenerationUnsupported, unsupported_reason
 from exporters.tiny import build_tiny
-from exporters.tiny_generation import generation_overrides, lively_attempt
+from exporters.tiny.generation import generation_overrides, lively_attempt
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,8 +66,8 @@ def test_models_without_a_kv_cache_are_refused_before_tracing(name, says):
     model = build_tiny(name).model
     reason = unsupported_reason(model)
     assert reason is not None and says in reason and "past_key_values" in reason
-    from exporters.exporter_onnx import OnnxExporter
-    from exporters.generation_export import export_for_generation
+    from exporters.generation.export import export_for_generation
+    from exporters.onnx.exporter import OnnxExporter
 
     with pytest.raises(GenerationUnsupported) as refused:  # the early reason, not the first prefill's
         export_for_generation(OnnxExporter(), model, sample_prompts(model))
@@ -75,8 +80,8 @@ def test_state_kept_in_modules_is_refused_before_tracing():
     model = build_tiny("RecurrentGemmaForCausalLM").model
     reason = unsupported_reason(model)  # it takes past_key_values, but its state lives in its modules
     assert reason is not None and "CausalLM" in reason and "in its modules" in reason
-    from exporters.exporter_onnx import OnnxExporter
-    from exporters.generation_export import export_for_generation
+    from exporters.generation.export import export_for_generation
+    from exporters.onnx.exporter import OnnxExporter
 
     with pytest.raises(GenerationUnsupported) as refused:  # before its first prefill, which would fail inside
         export_for_generation(OnnxExporter(), model, sample_prompts(model))  # the model's get_seq_length
@@ -98,7 +103,7 @@ def test_stateful_hybrids_whose_states_live_in_the_cache_are_not_refused(name):
 
 
 def test_the_sweep_records_a_model_without_a_kv_cache_as_skipped_with_its_reason():
-    from bot.generate_outcome import sweep_generation_outcome
+    from bot.run.generation import sweep_generation_outcome
 
     outcome = sweep_generation_outcome("OpenAIGPTLMHeadModel", "onnx", [])
     assert outcome.status == "skipped" and outcome.ledger_entry is None
@@ -144,8 +149,8 @@ def test_degenerate_means_one_token_in_every_row():
 
 
 def test_the_sweep_exports_the_lively_build_and_says_when_none_was(monkeypatch):
-    import bot.generate_outcome as outcome_module
-    from bot.runner import ExportOutcome
+    import bot.run.generation as outcome_module
+    from bot.run.runner import ExportOutcome
 
     seen = {}
 
@@ -173,8 +178,8 @@ def test_fields_named_by_an_alias_keep_their_shrunk_value():
     # KimiLinearConfig declares ``num_local_experts`` (256) and ``num_experts_per_tok`` (8), aliases stored as
     # ``num_experts`` / ``num_experts_per_token``: the rebuild read the declared names, found nothing, and the
     # constructor's defaults came back, a 6.5 M-parameter "tiny" model whose generation export timed out at 600 s.
-    from exporters.tiny_shrink import default_config, model_class, shrink_config
-    from exporters.tiny_sizes import EXPERTS
+    from exporters.tiny.shrink import default_config, model_class, shrink_config
+    from exporters.tiny.sizes import EXPERTS
 
     config = shrink_config(default_config(model_class("KimiLinearForCausalLM")))
     assert config.num_experts <= EXPERTS and config.num_experts_per_token <= 2
@@ -184,10 +189,10 @@ def test_fields_named_by_an_alias_keep_their_shrunk_value():
 def test_mamba2_blocks_of_every_family_get_tiny_heads_state_and_chunks():
     # Falcon-H1 names them mamba_*: left at 128 heads and a 256-wide state, its chunked scan made one eager
     # forward 6.4 s and 500 MB, and the generation export ran out of the sweep's 4 GiB.
-    from exporters.generation import GenerationExportConfig
-    from exporters.tiny_layers import SSM_STATE
-    from exporters.tiny_shrink import default_config, model_class, shrink_config
-    from exporters.tiny_sizes import HEADS
+    from exporters.generation.components import GenerationExportConfig
+    from exporters.tiny.layers import SSM_STATE
+    from exporters.tiny.shrink import default_config, model_class, shrink_config
+    from exporters.tiny.sizes import HEADS
 
     config = shrink_config(default_config(model_class("FalconH1ForCausalLM")))
     assert config.mamba_n_heads <= HEADS and config.mamba_d_state <= SSM_STATE

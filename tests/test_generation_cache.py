@@ -1,4 +1,4 @@
-"""The generation cache layout of hybrid and indexed caches (exporters/generation_cache.py), without exporting.
+"""The generation cache layout of hybrid and indexed caches (exporters/generation/cache.py), without exporting.
 
 Each tiny model is built once per session. Without the layout, the eager wrappers rebuilt a plain key/value
 ``DynamicCache``: linear-attention layers failed with ``IndexError`` in ``get_conv_state`` and indexed layers
@@ -10,10 +10,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from exporters.generation import GenerationExportConfig, cache_layout, plan_components, sample_prompts
-from exporters.generation_cache import flatten, new_cache, restore
-from exporters.generation_check import eager_generate
-from exporters.generation_loop import EagerGeneration
+from exporters.generation.cache import flatten, new_cache, restore
+from exporters.generation.check import eager_generate
+from exporters.generation.components import (
+    GenerationExportConfig,
+    cache_layout,
+    plan_components,
+    sample_prompts,
+)
+from exporters.generation.loop import EagerGeneration
 from exporters.tiny import build_tiny
 
 HYBRID = "OlmoHybridForCausalLM"  # 3 linear-attention layers (conv + recurrent state) and 1 attention layer

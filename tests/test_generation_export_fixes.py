@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from exporters.generation_loop import run_generation
+from exporters.generation.loop import run_generation
 
 VOCAB = 8
 
@@ -35,10 +35,10 @@ def test_min_new_tokens_skips_eos_ids_outside_the_vocabulary():
     assert out.tokens.tolist() == [[5, 5, 2]]
 
 
-# ── Failure records of generation exports (bot.generate_outcome): as complete as a static export's ──
+# ── Failure records of generation exports (bot.run.generation): as complete as a static export's ──
 def _failing_export(**kwargs):
     """Raises as export_for_generation does when prefill's torch.export fails inside a model helper."""
-    from exporters.generation_export import GenerationExportError
+    from exporters.generation.export import GenerationExportError
 
     def rotary_helper():
         raise IndexError("index 9 is out of bounds for dimension 0 with size 4")
@@ -55,10 +55,10 @@ def _failing_export(**kwargs):
 def test_a_raised_generation_failure_keeps_traceback_stage_and_a_reproducing_command(monkeypatch, tmp_path):
     import json
 
-    import bot.generate_cli
-    from bot.generate_outcome import generation_outcome
+    import bot.cli.generate
+    from bot.run.generation import generation_outcome
 
-    monkeypatch.setattr(bot.generate_cli, "export_generation", lambda *args, **kwargs: _failing_export(**kwargs))
+    monkeypatch.setattr(bot.cli.generate, "export_generation", lambda *args, **kwargs: _failing_export(**kwargs))
     outcome = generation_outcome("LlamaForCausalLM", "onnx", tmp_path / "bundle")
     assert outcome.status == "failed" and outcome.error_type == "GenerationExportError"
     assert "rotary_helper" in outcome.traceback_tail  # the cause's frames, not the wrapper's re-raise
@@ -74,15 +74,15 @@ def test_a_raised_generation_failure_keeps_traceback_stage_and_a_reproducing_com
 def test_a_generation_build_failure_and_a_mismatch_name_their_stage(monkeypatch, tmp_path):
     import types
 
-    import bot.generate_cli
+    import bot.cli.generate
     from bot.errors import UsageProblem
-    from bot.generate_outcome import generation_outcome
+    from bot.run.generation import generation_outcome
 
     def unbuildable(*args, **kwargs):
         with kwargs["stages"].stage("building model"):
             raise UsageProblem("T5ForConditionalGeneration: no decoder_start_token_id")
 
-    monkeypatch.setattr(bot.generate_cli, "export_generation", unbuildable)
+    monkeypatch.setattr(bot.cli.generate, "export_generation", unbuildable)
     built = generation_outcome("T5ForConditionalGeneration", "onnx", tmp_path / "t5")
     assert (built.status, built.failed_stage) == ("build-error", "building model")
     assert built.traceback_tail and "unbuildable" in built.traceback_tail
@@ -90,13 +90,13 @@ def test_a_generation_build_failure_and_a_mismatch_name_their_stage(monkeypatch,
 
     mismatch = types.SimpleNamespace(status="mismatch", results={}, check=None,
                                      problems=lambda: ["generate: first differing token at step 5, row 1"])
-    monkeypatch.setattr(bot.generate_cli, "export_generation", lambda *args, **kwargs: mismatch)
+    monkeypatch.setattr(bot.cli.generate, "export_generation", lambda *args, **kwargs: mismatch)
     off = generation_outcome("GitForCausalLM", "onnx", tmp_path / "git")
     assert (off.status, off.failed_stage) == ("mismatch", "validating")
     assert off.hint.startswith("reproduce: exportbot export GitForCausalLM --task text-generation")
 
 
-# ── Named dims torch's constraint solver cannot prove (exporters.generation_export.export_component) ──
+# ── Named dims torch's constraint solver cannot prove (exporters.generation.export.export_component) ──
 class _RoutedTokens(torch.nn.Module):
     """Flattens the tokens, routes each to one slot and back, as MoE layers do (Aria, Llama4): the reshape's
     contiguity guard is ``tokens * Min(32, 32 * tokens) == 32 * tokens``, which the solver cannot prove."""
@@ -110,9 +110,9 @@ class _RoutedTokens(torch.nn.Module):
 def test_a_named_dim_the_solver_cannot_prove_is_exported_as_auto_and_stays_dynamic():
     from torch.export import Dim
 
-    from exporters.exporter_dynamo import DynamoConfig, DynamoExporter
-    from exporters.generation import ComponentPlan
-    from exporters.generation_export import export_component
+    from exporters.dynamo.exporter import DynamoConfig, DynamoExporter
+    from exporters.generation.components import ComponentPlan
+    from exporters.generation.export import export_component
 
     spec = {"x": {0: Dim("batch", min=1, max=8), 1: Dim("sequence", min=1, max=64)}}
     plan = ComponentPlan("prefill", _RoutedTokens(), {"x": torch.randn(2, 8, 32)}, spec)
@@ -123,7 +123,7 @@ def test_a_named_dim_the_solver_cannot_prove_is_exported_as_auto_and_stays_dynam
 
 
 def test_prefill_zeroes_padded_slots_and_keeps_slots_the_model_prepends():
-    from exporters.generation import zero_padded_slots
+    from exporters.generation.components import zero_padded_slots
 
     mask = torch.tensor([[1, 1, 1], [0, 1, 1]])
     same = zero_padded_slots(torch.ones(2, 1, 3, 2), mask)
@@ -133,7 +133,7 @@ def test_prefill_zeroes_padded_slots_and_keeps_slots_the_model_prepends():
     assert longer[:, 0, :, 0].tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 1, 1]]
 
 
-# ── onnxscript's no-op rules and an epsilon of 1e-8 (exporters.exporter_onnx._patch_exact_zero_in_no_op_rules) ──
+# ── onnxscript's no-op rules and an epsilon of 1e-8 (exporters.onnx.exporter._patch_exact_zero_in_no_op_rules) ──
 class _TinyEpsilonNorm(torch.nn.Module):
     """Helium's and Moshi's RMSNorm: ``x * rsqrt(mean(x^2) + 1e-8)``, here on a row that is all zeros."""
 
@@ -142,7 +142,7 @@ class _TinyEpsilonNorm(torch.nn.Module):
 
 
 def test_onnx_keeps_an_epsilon_of_1e_8_that_the_no_op_rules_would_delete():
-    from exporters.exporter_onnx import OnnxConfig, OnnxExporter
+    from exporters.onnx.exporter import OnnxConfig, OnnxExporter
 
     x = torch.randn(2, 3, 4)
     x[1, 0] = 0  # a padding_idx embedding: eager gives 0 there, without the epsilon it is 0 * inf = NaN
@@ -172,7 +172,7 @@ def test_a_failure_that_was_recovered_from_does_not_name_the_stage_of_the_next_o
 
 
 def test_the_reproducing_command_uses_the_task_whose_mapping_lists_the_class():
-    from bot.generate_outcome import reproduce_command
+    from bot.run.generation import reproduce_command
 
     assert "--task text-generation" in reproduce_command("ProphetNetForCausalLM", "onnx")  # config: encoder-decoder
     assert "--task text2text-generation" in reproduce_command("T5ForConditionalGeneration", "onnx")

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import torch
 
-from bot.generate_cli import build_generation_model
-from exporters.generation import GenerationExportConfig, cache_layout, plan_components, sample_prompts
-from exporters.generation_check import check_generation
-from exporters.generation_loop import EagerGeneration
+from bot.cli.generate import build_generation_model
+from exporters.generation.check import check_generation
+from exporters.generation.components import (
+    GenerationExportConfig,
+    cache_layout,
+    plan_components,
+    sample_prompts,
+)
+from exporters.generation.loop import EagerGeneration
 
 OVERRIDES = {"image_token_id": 3}  # the tiny config's 32000 lies outside its 256-token vocab
 

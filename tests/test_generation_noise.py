@@ -11,16 +11,21 @@ import dataclasses
 
 import pytest
 
-from bot.generate_cli import build_generation_model
-from exporters.generation import GenerationExportConfig, cache_layout, plan_components, sample_prompts
-from exporters.generation_check import (
+from bot.cli.generate import build_generation_model
+from exporters.generation.check import (
     LOGITS_ATOL,
     NOISE_FACTOR,
     check_generation,
     eager_generate,
     float32_noise,
 )
-from exporters.generation_loop import EagerGeneration
+from exporters.generation.components import (
+    GenerationExportConfig,
+    cache_layout,
+    plan_components,
+    sample_prompts,
+)
+from exporters.generation.loop import EagerGeneration
 
 SCALED = {"initializer_range": 0.5, "initializer_factor": 4.0}
 

@@ -1,5 +1,5 @@
 """``--json`` of ``sweep run/triage/coverage``, ``pr`` and ``bisect``: one JSON document on stdout and nothing
-else, its values those of a real run (bot/json_output.py; shapes in docs/sweep-results.md and
+else, its values those of a real run (bot/cli/json_output.py; shapes in docs/sweep-results.md and
 docs/audit-report.md).
 
 The sweep runs for real in a subprocess (a warm-fork sweep of BertModel through Dynamo, GPT2Model made to
@@ -25,11 +25,13 @@ from test_shrink import REPO, TOKEN, client, invoke, no_throttle, server_fixture
 from test_shrink_edges import FIRST, OPTIMIZE, VERIFIED, checkout, git
 from test_sweep import SKIPS_TOML  # gates AlbertModel (albert-gated)
 
-from bot import bisect as bisect_module
-from bot.bisect import bisect_command
-from bot.shrink import PR_JSON_KEYS, pr_command, run_pr
-from bot.sweep import TEST_CRASH_ENV, read_results, sweep_group
-from bot.venvs import Uninstallable
+from bot.cli.sweep import sweep_group
+from bot.github.shrink import PR_JSON_KEYS, pr_command, run_pr
+from bot.run import bisect as bisect_module
+from bot.run.bisect import bisect_command
+from bot.run.venvs import Uninstallable
+from bot.sweep.results import read_results
+from bot.sweep.worker import TEST_CRASH_ENV
 from exporters.ledger import load_ledger
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,7 +209,7 @@ def test_pr_json_after_applying_and_after_a_stop(server: FakeGitHub, tmp_path: P
 def bisect_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Torch releases after the 2.13.0 pin: 2.15.0 will not install, the bug is fixed in 2.14.1.
 
-    The real :class:`bot.bisect.ExportProbe` runs; only its environments and export children are injected:
+    The real :class:`bot.run.bisect.ExportProbe` runs; only its environments and export children are injected:
     each answers as an ``export --repro`` child at that version would."""
     registry = write_registry(tmp_path, [skip_entry("bert", None)])
     monkeypatch.setattr(bisect_module, "released_versions", lambda package: ["2.12.0", "2.13.0", "2.14.0",
@@ -285,7 +287,7 @@ def test_every_command_that_prints_a_table_takes_json() -> None:
     """Issue #18: ``--json`` for every command that prints a table. A new command must be sorted into one set."""
     import click
 
-    from bot.cli import main
+    from bot.cli.main import main
 
     def leaves(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
         found: dict[str, click.Command] = {}

@@ -1,5 +1,5 @@
 """The ledger's edits at their edges (files without a final newline, an entry at line 0, indented comments,
-refused edits and what they report). Written to kill the mutants mutmut found in exporters/ledger_edit.py's
+refused edits and what they report). Written to kill the mutants mutmut found in exporters/ledger/edit.py's
 editing functions (scripts/mutation_test.py ledger); tests/test_ledger.py covers the ordinary edits."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from exporters.ledger import (
     remove_model,
     set_fixed_in,
 )
-from exporters.ledger_edit import _commit, _split, _toml_value  # private helpers: where they live
+from exporters.ledger.edit import _commit, _split, _toml_value  # private helpers: where they live
 
 TWO = skip_entry("two", models='"BertModel"')  # another model: two entries must not gate one twice
 

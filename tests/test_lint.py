@@ -8,9 +8,9 @@ import pytest
 import transformers
 from click.testing import CliRunner
 
-import bot.lint as lint_module
+import bot.cli.lint as lint_module
 import exporters
-from bot.lint import LintMessage, lint, lint_command
+from bot.cli.lint import LintMessage, lint, lint_command
 from exporters import utils
 from exporters.ledger import default_registry_dir
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from onnxscript import ir
 
-from exporters import exporter_onnx
-from exporters.exporter_onnx import OnnxConfig, OnnxExporter
+from exporters.onnx import exporter as exporter_onnx
+from exporters.onnx.exporter import OnnxConfig, OnnxExporter
 from exporters.tiny import build_tiny
 
 SUBSET = [

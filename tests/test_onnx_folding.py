@@ -1,4 +1,4 @@
-"""The onnxscript constant-folder patches (exporters/onnx_folding.py), each on a tiny module that needs it."""
+"""The onnxscript constant-folder patches (exporters/onnx/folding.py), each on a tiny module that needs it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.export import Dim
 
-from exporters.exporter_onnx import OnnxConfig, OnnxExporter
+from exporters.onnx.exporter import OnnxConfig, OnnxExporter
 
 
 class _NgramStreams(torch.nn.Module):

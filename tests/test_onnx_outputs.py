@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from exporters.base import _constant_checks
-from exporters.exporter_onnx import OnnxConfig, OnnxExporter
-from exporters.loading import load
+from exporters.bundle.loading import load
+from exporters.onnx.exporter import OnnxConfig, OnnxExporter
 from exporters.validation import MISMATCH
 
 
@@ -243,7 +243,7 @@ class PoolHeightThenSqueeze(torch.nn.Module):
 
 
 def test_squeeze_of_a_dim_guarded_to_one_drops_it_in_onnx_too():
-    from exporters.exporter_onnx import OnnxConfig, OnnxExporter
+    from exporters.onnx.exporter import OnnxConfig, OnnxExporter
 
     model, inputs = PoolHeightThenSqueeze(), {"x": torch.randn(2, 4, 24, 8)}
     fixed = OnnxExporter(OnnxConfig(dynamic=True)).export(model, inputs, validate=True)

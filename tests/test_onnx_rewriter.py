@@ -1,4 +1,4 @@
-"""The onnxscript pattern-rewriter patches (exporters/onnx_rewriter.py), on a tiny module that needs each."""
+"""The onnxscript pattern-rewriter patches (exporters/onnx/rewriter.py), on a tiny module that needs each."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from onnxscript.rewriter import _matcher
 
-from exporters.exporter_onnx import OnnxConfig, OnnxExporter
+from exporters.onnx.exporter import OnnxConfig, OnnxExporter
 
 _FIRST_NODE_CHECK = "_patch_multi_output_match_checks_its_first_node"
 

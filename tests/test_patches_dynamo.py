@@ -1,4 +1,4 @@
-"""torch.export patches (exporters/patches_dynamo.py): each export that needs one, with and without it."""
+"""torch.export patches (exporters/dynamo/patches.py): each export that needs one, with and without it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from exporters.exporter_dynamo import DynamoConfig, DynamoExporter
+from exporters.dynamo.exporter import DynamoConfig, DynamoExporter
 
 
 class Codec(torch.nn.Module):
@@ -120,13 +120,13 @@ def _run_as_if_from(path: str, source: str, scope: dict) -> dict:
 
 
 def test_the_second_shape_keeps_the_guards_when_an_executorch_file_asks_for_it():
-    """Was: the ExecuTorch exporter (exporters/exporter_executorch.py) got a guard-less ``program.module()`` from
+    """Was: the ExecuTorch exporter (exporters/executorch/exporter.py) got a guard-less ``program.module()`` from
     torch, so MusicgenMelodyForConditionalGeneration's second shape had 7 decoder rows and eager failed."""
-    from exporters.exporter_dynamo import second_shape_inputs
+    from exporters.dynamo.exporter import second_shape_inputs
 
     inputs = {"input_ids": torch.randint(0, 9, (8, 5))}
     program = DynamoExporter(DynamoConfig(dynamic=True)).export(CodebookRows(), inputs).program
-    scope = _run_as_if_from("exporters/exporter_executorch.py", "module = program.module()\n"
+    scope = _run_as_if_from("exporters/executorch/exporter.py", "module = program.module()\n"
                             "second = second_shape_inputs(program, inputs)",
                             {"program": program, "inputs": inputs, "second_shape_inputs": second_shape_inputs})
     assert not hasattr(scope["module"], "_guards_fn")  # torch's stopgap, which the patch is for

@@ -1,4 +1,4 @@
-"""bot.pins: strict reading of constraints.txt, pin diffs, per-backend stacks."""
+"""bot.audit.pins: strict reading of constraints.txt, pin diffs, per-backend stacks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.pins import (
+from bot.audit.pins import (
     BACKEND_STACK,
     PinFileError,
     diff_pins,

@@ -1,4 +1,4 @@
-"""bot.plan, table-driven: upstream state × last verification × pins × candidate → due or not, and why (pure).
+"""bot.audit.plan, table-driven: upstream state × last verification × pins × candidate → due or not, and why (pure).
 
 The reasons are asserted whole: the audit report, the dashboard and the PR body show them to maintainers
 ("due: torch 2.12.0 → 2.13.0"), so each names the state word, the package, both versions or the date it
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.plan import (
+from bot.audit.plan import (
     ENTRY,
     WORKAROUND,
     Export,
@@ -27,8 +27,8 @@ from bot.plan import (
     same_version,
     workaround_subject,
 )
-from bot.tracker import UpstreamState
-from bot.verification import Verification
+from bot.audit.verification import Verification
+from bot.github.tracker import UpstreamState
 from exporters.ledger import UpstreamRef, load_ledger
 from exporters.utils import Workaround
 

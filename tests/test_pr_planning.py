@@ -1,4 +1,4 @@
-"""bot.prwriter's PR planning (``select_proposals``, ``_absent_from_base``), table by table, without a server:
+"""bot.github.prwriter's PR planning (``select_proposals``, ``_absent_from_base``), table by table, without a server:
 which entries the rolling PR removes, which it keeps, which it takes out, and the note each one gets.
 Written against the mutants mutmut left (scripts/mutation_test.py prwriter); test_shrink.py drives the
 same code through the fake GitHub."""
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bot.prwriter import WORKAROUND_LIST, _absent_from_base, proposal_from_report, select_proposals
+from bot.github.prwriter import WORKAROUND_LIST, _absent_from_base, proposal_from_report, select_proposals
 from exporters.ledger import load_ledger
 
 PINS = {"torch": "2.13.0", "transformers": "5.23.0", "onnx": "1.23.2", "onnxscript": "0.7.2",
@@ -53,7 +53,7 @@ def row(entry_id: str, verdict: str, reasons: list[str] | None = None, state: st
 def workaround_row(name: str, verdict: str = "removable") -> dict[str, Any]:
     return {
         "id": name, "backend": "onnx", "upstream": None, "upstream_state": {"summary": "closed (completed)"},
-        "verdict": verdict, "reasons": ["passes without it"], "source": "exporters/exporter_onnx.py",
+        "verdict": verdict, "reasons": ["passes without it"], "source": "exporters/onnx/exporter.py",
         "exports": [{"model": "BertModel", "mode": "static"}],
         "evidence": [{"model": "BertModel", "mode": "static", "run": r, "status": "pass"} for r in (1, 2)],
     }
@@ -134,7 +134,7 @@ def test_entries_the_base_branch_lacks_or_lists_differently_are_not_proposed(bas
 
 
 def test_entries_come_first_in_ledger_order_then_workarounds_by_name(base):
-    source = {"exporters/exporter_onnx.py": "def _fix_b(graph):\n    pass\n\ndef _fix_a(graph):\n    pass\n"}
+    source = {"exporters/onnx/exporter.py": "def _fix_b(graph):\n    pass\n\ndef _fix_a(graph):\n    pass\n"}
     audit = report(row("gamma", "removable"), row("alpha", "removable"),
                    workarounds=(workaround_row("_fix_b"), workaround_row("_fix_a")))  # fmt: skip
     selection = select_proposals(audit, base, [], [], 2, base_sources=source)
@@ -147,11 +147,11 @@ def test_entries_come_first_in_ledger_order_then_workarounds_by_name(base):
 def test_a_workaround_is_proposed_only_while_its_def_is_on_the_base_branch():
     workaround = proposal_from_report(workaround_row("_fix_a"), report())
     assert workaround.list_name == WORKAROUND_LIST
-    defined = {"exporters/exporter_onnx.py": "x = 1\ndef _fix_a(graph):\n"}
+    defined = {"exporters/onnx/exporter.py": "x = 1\ndef _fix_a(graph):\n"}
     assert _absent_from_base(workaround, None, defined) is None
-    assert _absent_from_base(workaround, None, {"exporters/exporter_onnx.py": "def _fix_ab(graph):\n"}) == (
-        "not defined in exporters/exporter_onnx.py on the base branch")
-    assert _absent_from_base(workaround, None, {}) == "not defined in exporters/exporter_onnx.py on the base branch"
+    assert _absent_from_base(workaround, None, {"exporters/onnx/exporter.py": "def _fix_ab(graph):\n"}) == (
+        "not defined in exporters/onnx/exporter.py on the base branch")
+    assert _absent_from_base(workaround, None, {}) == "not defined in exporters/onnx/exporter.py on the base branch"
     unknown = proposal_from_report({**workaround_row("_fix_a"), "source": None}, report())
     assert _absent_from_base(unknown, None, {}) == "not defined in an unknown file on the base branch"
     assert _absent_from_base(unknown, None, {"": "def _fix_a(graph):\n"}) is None  # looked up under ""

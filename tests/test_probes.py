@@ -21,9 +21,12 @@ from click.testing import CliRunner
 from fake_github import fake_github_fixture  # noqa: F401 (provides the fake_github fixture)
 from test_audit import PINS, REPO, tracker, web, write_registry
 
-from bot import bisect as bisect_module
-from bot.audit import EXIT_NOTHING, EXIT_REMOVABLE, audit_command, run_audit
-from bot.bisect import (
+from bot.audit.plan import Export, workaround_subject
+from bot.cli.audit import audit_command
+from bot.github.workaround_removal import NotSelfContained, remove_workaround_source, remove_workaround_text
+from bot.run import bisect as bisect_module
+from bot.run.audit_run import EXIT_NOTHING, EXIT_REMOVABLE, run_audit
+from bot.run.bisect import (
     FAILED,
     PASSED,
     UNINSTALLABLE,
@@ -34,12 +37,12 @@ from bot.bisect import (
     parse_index_versions,
     released_versions,
 )
-from bot.plan import Export, workaround_subject
-from bot.rerun import subprocess_runner
-from bot.runner import ExportRequest, export_one
-from bot.sweep import SCHEMA, read_results
-from bot.venvs import Uninstallable, constraints_with, ensure_venv
-from bot.workaround_index import (
+from bot.run.reruns import subprocess_runner
+from bot.run.runner import ExportRequest, export_one
+from bot.run.venvs import Uninstallable, constraints_with, ensure_venv
+from bot.sweep.records import SCHEMA
+from bot.sweep.results import read_results
+from bot.sweep.workaround_index import (
     FiredExport,
     build_index,
     index_from_dict,
@@ -48,7 +51,6 @@ from bot.workaround_index import (
     select_probes,
     workarounds_group,
 )
-from bot.workaround_removal import NotSelfContained, remove_workaround_source, remove_workaround_text
 from exporters import load_all_workarounds
 from exporters import utils as workaround_registry
 from exporters.ledger import load_ledger

@@ -33,8 +33,8 @@ from typing import Any
 import pytest
 from fake_github import fake_github_fixture  # noqa: F401 (provides the fake_github fixture)
 
-from bot.pins import normalize_name, read_pins
-from bot.venvs import DEFAULT_CACHE, constraints_with, ensure_venv, project_dependencies, site_packages
+from bot.audit.pins import normalize_name, read_pins
+from bot.run.venvs import DEFAULT_CACHE, constraints_with, ensure_venv, project_dependencies, site_packages
 
 REPO = Path(__file__).resolve().parents[1]
 REGISTRY = REPO / "tests" / "real_releases" / "registry"
@@ -161,8 +161,8 @@ def test_false_removal_guard_fast(tmp_path, fake_github):
     passing (as Dinov2WithRegistersModel's does at every onnxscript release) removes nothing."""
     from test_audit import FakeRunner, tracker
 
-    from bot.audit import run_audit
-    from bot.verification import Verification
+    from bot.audit.verification import Verification
+    from bot.run.audit_run import run_audit
     from exporters.ledger import load_ledger
 
     registry = tmp_path / "registry"

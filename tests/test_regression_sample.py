@@ -1,4 +1,4 @@
-"""The ``--candidate`` regression sample (bot.regression_sample): where regressions are likely, first.
+"""The ``--candidate`` regression sample (bot.audit.regression_sample): where regressions are likely, first.
 
 Pure selection on small inputs: ledger reproducers of the candidate's stack, exports that fired a
 workaround declaring ``dependency = PKG``, ``--regression-classes`` lines, then the fastest filler.
@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from test_audit import PINS, write_registry
 
-from bot.candidate import reproducer_sources
-from bot.plan import Export
-from bot.regression_sample import (
+from bot.audit.plan import Export
+from bot.audit.regression_sample import (
     FASTEST,
     LISTED,
     ReproducerSource,
     choose_sample,
     parse_class_list,
 )
+from bot.run.candidate import reproducer_sources
 from exporters.ledger import load_ledger
 
 ALL_PINS = {**PINS, "executorch": "1.5.1", "torchao": "0.18.0"}

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from exporters.ledger import Repro, add_entry, check_ledger, load_ledger, remove_entry, set_fixed_in
-from exporters.repro import ReproError, build_reproducer, exporter_options, run_eager
+from exporters.ledger.repro import ReproError, build_reproducer, exporter_options, run_eager
 
 SKIPS = "export_skips.toml"
 ODO = "onnx_disable_optimize.toml"

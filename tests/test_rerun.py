@@ -1,4 +1,4 @@
-"""bot.rerun: the command line and environment of each re-run, through a real subprocess of a stand-in
+"""bot.run.reruns: the command line and environment of each re-run, through a real subprocess of a stand-in
 interpreter that records what it was given (no export), and what becomes of a run that hangs or dies.
 Also: no PR path ever proposes removing an entry whose evidence is ``not-reproduced``."""
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from bot.plan import ENTRY, Export, Subject
-from bot.prwriter import Proposal, parse_pr_body, pr_body, select_proposals
-from bot.rerun import TIMEOUT, probe_superseders, rerun_subject, subprocess_runner
+from bot.audit.plan import ENTRY, Export, Subject
+from bot.github.prwriter import Proposal, parse_pr_body, pr_body, select_proposals
+from bot.run.reruns import TIMEOUT, probe_superseders, rerun_subject, subprocess_runner
 from exporters.ledger import load_ledger
 
 # Stands in for ``python -m bot export ...``: writes its argv and EXPORTBOT_REGISTRY as the outcome record.

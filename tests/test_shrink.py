@@ -1,4 +1,4 @@
-"""The rolling shrink PR (bot.shrink, bot.prwriter, bot.config) through real PyGithub against the fake server.
+"""The rolling shrink PR (bot.github.shrink, bot.github.prwriter, bot.config) through real PyGithub against the fake server.
 
 Every scenario is run twice or more where it matters, because the property under test is that the
 repository is the only state: a second run with the same report must find nothing to write.
@@ -21,9 +21,11 @@ from fake_github import (
 )
 from github import Auth, Github, InputGitTreeElement
 
-from bot import shrink, shrink_github
+from bot.audit.report import ReportError, check_report, registry_digest
 from bot.config import BotConfig, ConfigError, load_config, parse_config
-from bot.prwriter import (
+from bot.github import shrink
+from bot.github import shrink_session as shrink_github
+from bot.github.prwriter import (
     parse_pr_body,
     pr_body,
     proposal_from_report,
@@ -31,15 +33,14 @@ from bot.prwriter import (
     select_proposals,
     shrink_changes,
 )
-from bot.report import ReportError, check_report, registry_digest
-from bot.shrink import ShrinkOutcome, ShrinkStopped, open_or_update_pr, pr_command
+from bot.github.shrink import ShrinkOutcome, ShrinkStopped, open_or_update_pr, pr_command
 from exporters.ledger import load_ledger
 
 TOKEN = "ghp_FAKE0123456789abcdefTOKENdoNOTleak"
 REPO = "acme/exportbot"
 BRANCH = "exportbot/shrink"
 SKIPS, OPTIMIZE = "registry/export_skips.toml", "registry/onnx_disable_optimize.toml"
-SOURCE = "exporters/exporter_onnx.py"
+SOURCE = "exporters/onnx/exporter.py"
 CONFIG = BotConfig(repository=REPO)
 
 T5_BLOCK = """\
@@ -503,7 +504,7 @@ def test_removable_workaround_is_deleted_from_its_source_and_one_in_use_is_liste
     assert server.read_file(REPO, BRANCH, OPTIMIZE) == OPTIMIZE_TEXT
     assert list(outcome.plan.changes) == [SOURCE] and set(outcome.plan.by_hand) == {"_fix_shared"}
     body = pull.body or ""
-    assert "deleted from `exporters/exporter_onnx.py` in this PR" in body
+    assert "deleted from `exporters/onnx/exporter.py` in this PR" in body
     assert "**Delete by hand** (this PR does not touch the code): used elsewhere" in body
     assert "exportbot export BartModel --backend onnx --static --without _fix_gone" in body
     assert "| `BartModel` | static | 2 of 2 | 3e-06, 3e-06 |" in body

@@ -40,12 +40,7 @@ from test_shrink import (  # noqa: F401 (server_fixture and no_throttle are fixt
     writes,
 )
 
-from bot import shrink
-from bot.audit import AuditReport
-from bot.config import BotConfig
-from bot.dashboard import DASHBOARD_MARKER
-from bot.prwriter import parse_pr_body, read_trailers
-from bot.report import (
+from bot.audit.report import (
     REPORT_SCHEMA,
     ReportError,
     audit_selection,
@@ -54,8 +49,13 @@ from bot.report import (
     registry_digest,
     report_identity,
 )
-from bot.shrink import pr_command
-from bot.shrink_github import READ_TRIES, ShrinkStopped
+from bot.config import BotConfig
+from bot.github import shrink
+from bot.github.dashboard import DASHBOARD_MARKER
+from bot.github.prwriter import parse_pr_body, read_trailers
+from bot.github.shrink import pr_command
+from bot.github.shrink_session import READ_TRIES, ShrinkStopped
+from bot.run.audit_run import AuditReport
 
 DASH = BotConfig(repository=REPO, dashboard=True)
 ENTRY_IDS = ("t5-cast-folding", "bart-gather-fold", "led-global-attention")
@@ -581,7 +581,7 @@ def test_409_empty_repository_is_not_something_a_rerun_fixes(fake_github: FakeGi
 
 def test_audit_json_carries_the_identity_and_exportbot_pr_accepts_it(tmp_path: Path, monkeypatch) -> None:
     """A real `exportbot audit --json` run (offline tracker, nothing due, so nothing is exported)."""
-    from bot.audit import audit_command
+    from bot.cli.audit import audit_command
 
     monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
     root = checkout(tmp_path)
@@ -607,7 +607,7 @@ def test_audit_json_carries_the_identity_and_exportbot_pr_accepts_it(tmp_path: P
     out = tmp_path / "audit.json"
     for args, selection in (([], "complete"), (["--entry", "bart-gather-fold"], ["bart-gather-fold"])):
         if args:  # --entry forces a re-run: stand in for the audit itself (no export in this test)
-            monkeypatch.setattr("bot.audit_command.run_audit", lambda *_, **__: AuditReport([], dict(PINS), "aee41f0ad3ec", 1))
+            monkeypatch.setattr("bot.cli.audit.run_audit", lambda *_, **__: AuditReport([], dict(PINS), "aee41f0ad3ec", 1))
         result = CliRunner().invoke(audit_command, ["--registry", str(root / "registry"), "--tracker", str(snapshot),
                                                     "--json", str(out), *args])  # fmt: skip
         assert result.exit_code in (0, 3), result.output

@@ -21,28 +21,21 @@ import pytest
 import transformers
 from click.testing import CliRunner
 
-from bot.sweep import (
-    SCHEMA,
-    TEST_CRASH_ENV,
-    TEST_HANG_ENV,
+from bot.cli.sweep import sweep_group
+from bot.sweep.catalogue import enumerate_model_classes
+from bot.sweep.records import SCHEMA, classify_against_entry, ignored_entry, merge_records
+from bot.sweep.results import read_results, repair_tail
+from bot.sweep.tasks import (
     Task,
-    classify_against_entry,
     collect_class_names,
-    enumerate_model_classes,
-    failure_signature,
-    ignored_entry,
-    merge_records,
-    normalize_error,
     parse_class_list,
     parse_shard,
     plan_tasks,
-    read_results,
-    repair_tail,
     select_classes,
     shard_index,
-    sweep_group,
-    triage,
 )
+from bot.sweep.triage import failure_signature, normalize_error, triage
+from bot.sweep.worker import TEST_CRASH_ENV, TEST_HANG_ENV
 from exporters.ledger import Ledger, LedgerEntry
 
 
@@ -360,7 +353,7 @@ def by_model(path: Path) -> dict[str, dict]:
 
 
 def test_coverage_counts_records_per_exporter_hash() -> None:
-    from bot.sweep import coverage_markdown
+    from bot.sweep.reports import coverage_markdown
 
     records = [{"model": m, "backend": "onnx", "mode": "static", "status": "pass", "exporter_version": v}
                for m, v in [("A", "abc"), ("B", "def"), ("C", "abc"), ("D", None)]]
@@ -369,7 +362,7 @@ def test_coverage_counts_records_per_exporter_hash() -> None:
 
 
 def test_coverage_says_which_dynamic_passes_kept_no_dynamic_dim() -> None:
-    from bot.sweep import coverage_markdown
+    from bot.sweep.reports import coverage_markdown
 
     records = [
         {"model": "Moves", "backend": "onnx", "mode": "dynamic", "status": "pass", "dynamic_dims": {"x": [0, 1]}},
@@ -390,7 +383,7 @@ def test_coverage_says_which_dynamic_passes_kept_no_dynamic_dim() -> None:
 def test_unmoved_dims_are_the_dynamic_axes_the_second_shape_left_at_the_samples_size() -> None:
     from types import SimpleNamespace
 
-    from bot.runner import unmoved_dims
+    from bot.run.runner import unmoved_dims
 
     def shape(**sizes):
         return SimpleNamespace(input_shapes=sizes)
@@ -426,7 +419,7 @@ def test_warm_fork_sweep_records_passes_skips_and_a_segfault(
     assert bert["worker_pid"] != bert["child_pid"] and bert["peak_rss_mb"] > 0 and bert["startup_seconds"] < 1
     assert bert["versions"]["torch"] and bert["log_file"] is None
     assert bert["workarounds_disabled"] == ["_empty_caches_as_subtrees"]  # --without reached the child's export
-    from bot.verification import exporter_version
+    from bot.audit.verification import exporter_version
 
     assert {r["exporter_version"] for r in records.values()} == {exporter_version()}  # crashed and skipped too
     crash = records["GPT2Model"]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from bot.sweep import sweep_group
+from bot.cli.sweep import sweep_group
 from bot.sweep.causes import DEFAULT_CAUSES, Cause, CausesError, explain, load_causes, parse_causes
 from bot.sweep.reports import causes_markdown
 from bot.sweep.triage import failure_signature

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from exporters.tiny import AUDIO_SAMPLES, CHOICES, IMAGE, VOCAB, build_tiny, padded_mask, shrink_config
-from exporters.tiny_sizes import _width
+from exporters.tiny.sizes import _width
 
 
 def _forward(tiny):
@@ -182,7 +182,7 @@ def test_forwards_that_draw_their_own_noise_get_it_as_an_input(name, noise, shap
     assert tuple(tiny.inputs[noise].shape) == shape
     assert torch.equal(_forward(tiny)[0], _forward(tiny)[0])
     # ViTMAE's masking noise is tied to the patches only through the indices it sorts into: a dynamic export
-    # keeps its length static (exporters.tiny_inputs.noise_static_dims); UnivNet's is added to the frames
+    # keeps its length static (exporters.tiny.inputs.noise_static_dims); UnivNet's is added to the frames
     assert tiny.static_dims == ({"noise": (1,)} if noise == "noise" else {})
 
 

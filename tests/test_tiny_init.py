@@ -1,5 +1,5 @@
 """Initialisation fixes keep tiny random outputs of order one, so that a comparison against them can fail
-(``exporters.tiny_init``). Each test quotes the degenerate output the sweep recorded without the fix."""
+(``exporters.tiny.initialisation``). Each test quotes the degenerate output the sweep recorded without the fix."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import copy
 import torch
 
 from exporters.tiny import build_tiny
-from exporters.tiny_init import calibrate_batch_norms
+from exporters.tiny.initialisation import calibrate_batch_norms
 from exporters.validation import named_tensors
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from exporters.exporter_dynamo import DynamoConfig, DynamoExporter, second_shape_inputs
+from exporters.dynamo.exporter import DynamoConfig, DynamoExporter, second_shape_inputs
 from exporters.tiny import build_tiny, padded_mask, padding_side, resized_mask
 
 

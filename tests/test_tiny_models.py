@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporters.exporter_dynamo import DynamoConfig, DynamoExporter
+from exporters.dynamo.exporter import DynamoConfig, DynamoExporter
 from exporters.tiny import TinyModelError, build_tiny, model_class, shrink_config
 
 FAMILIES = {

@@ -1,4 +1,4 @@
-"""bot.tracker through the real PyGithub client, over real HTTP, against tests/fake_github.py.
+"""bot.github.tracker through the real PyGithub client, over real HTTP, against tests/fake_github.py.
 
 Also checks the fake server itself: its payloads against GitHub's OpenAPI schemas, and the write
 endpoints the pull-request feature will use, driven by PyGithub.
@@ -24,7 +24,7 @@ from fake_github import (
 )
 from github import Auth, Github, InputGitTreeElement
 
-from bot.tracker import (
+from bot.github.tracker import (
     NOT_FOUND,
     NOT_GITHUB,
     OfflineTracker,

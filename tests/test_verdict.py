@@ -1,4 +1,4 @@
-"""bot.verdict, table-driven: upstream state × pins moved × outcomes → one verdict (pure: no I/O, no exports).
+"""bot.audit.verdict, table-driven: upstream state × pins moved × outcomes → one verdict (pure: no I/O, no exports).
 
 Each row would fail if the logic it names were broken: "removable whenever every run passes" fails the
 open/unknown/never-verified rows, "1 of 2 passing counts as passing" fails the flaky rows, a pass that
@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from bot.plan import ENTRY, WORKAROUND, Export, Plan, Subject, plan_entry
-from bot.tracker import UpstreamState
-from bot.verdict import (
+from bot.audit.plan import ENTRY, WORKAROUND, Export, Plan, Subject, plan_entry
+from bot.audit.verdict import (
     CHANGED,
     HUMAN,
     NEEDS_HUMAN,
@@ -36,7 +35,8 @@ from bot.verdict import (
     unproven_pass,
     verdict,
 )
-from bot.verification import Verification
+from bot.audit.verification import Verification
+from bot.github.tracker import UpstreamState
 from exporters.ledger import UpstreamRef, load_ledger
 
 PINS = {"torch": "2.13.0", "transformers": "5.23.0", "onnx": "1.23.2", "onnxscript": "0.7.2", "onnxruntime": "1.32.0"}

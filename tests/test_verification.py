@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from bot.audit import run_audit, verification_records
-from bot.environment import EnvironmentCheck, EnvironmentMismatch, mismatches
-from bot.verdict import NOT_REPRODUCED, STILL_NEEDED
-from bot.verification import Verification, load_verification, save_verification
+from bot.audit.verdict import NOT_REPRODUCED, STILL_NEEDED
+from bot.audit.verification import Verification, load_verification, save_verification
+from bot.run.audit_run import run_audit, verification_records
+from bot.run.environment import EnvironmentCheck, EnvironmentMismatch, mismatches
 from exporters.ledger import load_ledger
 
 PINS = {"torch": "2.13.0", "transformers": "5.23.0"}
@@ -127,7 +127,7 @@ def test_environment_check_asks_the_interpreter(tmp_path: Path):
     returns what the interpreter has; with another pin it names the package."""
     from importlib import metadata
 
-    from bot.plan import ENTRY, Export, Subject
+    from bot.audit.plan import ENTRY, Export, Subject
 
     subject = Subject("e", ENTRY, "dynamo", (Export("BertModel", "dynamo", False),), ("torch", "transformers"))
     have = {"torch": metadata.version("torch"), "transformers": metadata.version("transformers")}

@@ -1,4 +1,4 @@
-"""The version window (bot.window, docs/version-window.md): versions exportbot cannot run with are said
+"""The version window (bot.audit.window, docs/version-window.md): versions exportbot cannot run with are said
 so in one line by ``bisect`` and ``audit --candidate``, never read as the dependency's failure; and the
 exporter's version-tolerant output flattening (exporters.flatten)."""
 
@@ -11,20 +11,20 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 
-from bot.bisect import FAILED, PASSED, UNINSTALLABLE, UNSUPPORTED, ExportProbe, Probe, first_passing
-from bot.candidate import UNSUPPORTED as ROW_UNSUPPORTED
-from bot.candidate import check_regressions, prepare_environment
-from bot.plan import ENTRY, Export, Subject
-from bot.regression_sample import SampledExport
-from bot.runner import FAILED as EXPORT_FAILED
-from bot.runner import ExportOutcome, ExportRequest, _failed
-from bot.window import own_incompatibility, unsupported_reason
+from bot.audit.plan import ENTRY, Export, Subject
+from bot.audit.regression_sample import SampledExport
+from bot.audit.window import own_incompatibility, unsupported_reason
+from bot.run.bisect import FAILED, PASSED, UNINSTALLABLE, UNSUPPORTED, ExportProbe, Probe, first_passing
+from bot.run.candidate import UNSUPPORTED as ROW_UNSUPPORTED
+from bot.run.candidate import check_regressions, prepare_environment
+from bot.run.runner import FAILED as EXPORT_FAILED
+from bot.run.runner import ExportOutcome, ExportRequest, _failed
 from exporters.flatten import leaves_with_path
 from exporters.validation import named_tensors
 
 
 def outcome_raised_in(filename: str, source: str) -> dict[str, Any]:
-    """The outcome record bot.runner writes for an exception raised by ``source`` compiled as ``filename``."""
+    """The outcome record bot.run.runner writes for an exception raised by ``source`` compiled as ``filename``."""
     try:
         exec(compile(source, filename, "exec"), {})
     except Exception as error:
@@ -125,9 +125,9 @@ def test_the_exporter_works_at_the_edges_of_the_window(package, version, model, 
     environments, reused; layered on the pinned one: 7-20 s to build when missing, plus the export)."""
     from pathlib import Path
 
-    from bot.pins import normalize_name
-    from bot.rerun import subprocess_runner
-    from bot.venvs import (
+    from bot.audit.pins import normalize_name
+    from bot.run.reruns import subprocess_runner
+    from bot.run.venvs import (
         DEFAULT_CACHE,
         REPO_ROOT,
         constraints_with,

@@ -18,10 +18,11 @@ import pytest
 import torch
 from torch.export import Dim
 
-from exporters import exporter_onnx, load_all_workarounds
+from exporters import load_all_workarounds
 from exporters.base import StageClock
-from exporters.exporter_dynamo import DynamoExporter
-from exporters.exporter_onnx import OnnxConfig, OnnxExporter
+from exporters.dynamo.exporter import DynamoExporter
+from exporters.onnx import exporter as exporter_onnx
+from exporters.onnx.exporter import OnnxConfig, OnnxExporter
 from exporters.utils import all_workarounds
 from exporters.validation import PASS, check_shape
 
@@ -319,7 +320,7 @@ def assert_matches_eager(model: torch.nn.Module, run: Callable[[Mapping[str, Any
 
 
 def traced(model: torch.nn.Module, inputs: dict, dynamic_shapes: Any = None) -> torch.export.ExportedProgram:
-    from exporters.exporter_dynamo import DynamoConfig
+    from exporters.dynamo.exporter import DynamoConfig
 
     return DynamoExporter(DynamoConfig(dynamic_shapes=dynamic_shapes)).export_program(model.eval(), inputs, StageClock({}))
 
@@ -356,7 +357,7 @@ class PermutedReshape(torch.nn.Module):
 
 @pytest.mark.parametrize("fix", [exporter_onnx._fix_reshape_of_strided, "_fix_strided_reshape_input"])
 def test_reshape_fixes_keep_eager_values(fix):
-    from exporters import exporter_executorch
+    from exporters.executorch import exporter as exporter_executorch
 
     fix = getattr(exporter_executorch, fix) if isinstance(fix, str) else fix
     torch.manual_seed(0)
@@ -446,7 +447,7 @@ class TanhGeluMlp(torch.nn.Module):
 
 
 def test_tanh_gelu_spelled_out_keeps_eager_values():
-    from exporters.exporter_executorch import _fix_tanh_gelu_for_xnnpack
+    from exporters.executorch.exporter import _fix_tanh_gelu_for_xnnpack
 
     torch.manual_seed(0)
     model, inputs = TanhGeluMlp().eval(), {"x": torch.randn(4, 8) * 3}
@@ -558,7 +559,7 @@ def test_xlnet_needs_the_rsub_fix_and_matches_eager_at_padded_masks(onnx_export)
 
 def test_speed_workarounds_are_marked_so_the_audit_never_removes_them_for_passing():
     # Each makes the same artifact faster (executorch_lowering: identical .pte bytes; the matcher and pt2-load
-    # patches: the same match / program); a re-run without one passes by design (bot.verdict asks a human).
+    # patches: the same match / program); a re-run without one passes by design (bot.audit.verdict asks a human).
     load_all_workarounds()
     assert {w.name for w in all_workarounds() if w.speed} == {
         "_patch_partition_fusing_sorts_in_place", "_patch_merge_check_intersects_sets",

@@ -594,7 +594,7 @@ def cli_problems(invocation: Invocation) -> list[str]:
     """What is not registered: the command, an option, or a literal value outside a Choice."""
     import click
 
-    from bot.cli import main
+    from bot.cli.main import main
 
     command: click.Command = main
     path = ["exportbot"]

@@ -19,12 +19,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from bot.runner import PASS, SKIPPED, ExportOutcome
+from bot.audit.verification import exporter_version
+from bot.run.runner import PASS, SKIPPED, ExportOutcome
 from bot.sweep.records import CRASHED, SCHEMA, TIMEOUT, classify_against_entry, ignored_entry
 from bot.sweep.tasks import Task
 from bot.sweep.triage import signal_name
 from bot.sweep.worker import ChildReport, ChildTask, kill_group, supervise
-from bot.verification import exporter_version
 
 if TYPE_CHECKING:
     from exporters.ledger import Ledger

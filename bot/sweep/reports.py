@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.runner import BUILD_ERROR, PASS
+from bot.run.runner import BUILD_ERROR, PASS
 from bot.sweep.causes import Cause, explain
 from bot.sweep.records import SCHEMA, STATUSES, merge_records
 from bot.sweep.tasks import GENERATE
@@ -128,7 +128,7 @@ def census_markdown(census: Sequence[Mapping[str, Any]]) -> list[str]:
         f"({', '.join(f'{status} {n}' for status, n in counts.most_common())}). An export can only be tried on "
         "those; the rest are builder gaps (or optional dependencies missing here), listed by cause. Configs whose "
         "default backbone is timm's (the DETR family) are built with `use_timm_backbone=False`, their native ResNet "
-        "or Swin backbone, whether or not timm is installed (`exporters.tiny_shrink.default_config`). "
+        "or Swin backbone, whether or not timm is installed (`exporters.tiny.shrink.default_config`). "
         "timm and Pillow stay out of the environment (the TimmWrapper, EdgeTam, FastVlm, PeVideo and PeAudioVideo "
         "gaps, TimmBackbone): timm imports torchvision, and the only torchvision for torch 2.13 that pip reaches "
         "here, PyPI's 0.28.0, is a CUDA 13 build (it bundles libcudart) whose operators do not register against "

@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from bot.runner import ExportRequest, export_one
-from bot.verification import exporter_version
+from bot.audit.verification import exporter_version
+from bot.run.runner import ExportRequest, export_one
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # children inherit it: a sweep never reaches the hub
 
@@ -46,7 +46,7 @@ class ChildTask:
     threads: int
     log_file: str
     result_file: str
-    generate: bool = False  # a generation export (bot.generate_outcome), not a single-graph one
+    generate: bool = False  # a generation export (bot.run.generation), not a single-graph one
     without: list[str] = field(default_factory=list)  # workarounds left out (sweep run --without)
 
 
@@ -91,7 +91,7 @@ _loaded_exporters: str | None = None  # exporter_version() when preload imported
 def preload(backends: Iterable[str]) -> None:
     """Import what every export needs, so a fork starts with it and a spawned child's start-up is measurable.
 
-    Also notes the hash of ``exporters/*.py`` as imported: a warm worker runs that code for hours, and a record
+    Also notes the hash of ``exporters/**/*.py`` as imported: a warm worker runs that code for hours, and a record
     must name it, not whatever the files hold when the record is written (an edit during a sweep).
     """
     global _loaded_exporters
@@ -155,7 +155,7 @@ def _child_body(task: ChildTask, spawned_at: float, spawned: bool) -> NoReturn:
         torch.set_num_threads(task.threads)
         startup_seconds = round(time.time() - spawned_at, 3)
         if task.generate:
-            from bot.generate_outcome import sweep_generation_outcome
+            from bot.run.generation import sweep_generation_outcome
 
             outcome = sweep_generation_outcome(task.model, task.backend, task.ignore_ledger)
         else:

@@ -1,0 +1,7 @@
+"""The command line: ``exportbot`` (``main``) and one module per command, with what every command shares.
+
+Commands: ``main`` (the group, ``export``, ``list-workarounds``), ``audit``, ``generate``, ``lint``, ``pr``,
+``bisect``, ``sweep``. Shared: ``options`` (options defined once), ``json_output`` (``--json``), ``progress``
+(stderr progress), ``terminal`` (text that fits 80 columns), ``help_examples`` (examples under ``--help``).
+Nothing outside this package imports it: the layers below raise ``bot.errors.UsageProblem`` and return records.
+"""

@@ -1,0 +1,254 @@
+"""Validation of one ``[[entry]]`` table: one check per key, and the ``[entry.repro]`` table's shape.
+
+Split out of ``exporters.ledger``: the checks are pure functions of the parsed TOML values (plus the
+registry directory for ``repro.script``), kept apart from reading files so each rule reads on its own.
+Reading (``exporters.ledger.reading``) runs them and turns their messages into located problems.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from exporters.ledger.entries import BACKENDS, LIST_FILES, SCOPES, Repro, parse_github_url
+from exporters.ledger.lines import _key_line
+
+_ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+_PACKAGE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+_GITHUB_HOST = re.compile(r"https?://(?:www\.)?github\.com(?:/|$)", re.IGNORECASE)
+_URL = re.compile(r"https?://[^\s/]+\.[^\s/]+(?:/\S*)?")
+
+
+# ── Validation: one check per key, each returning what is wrong or None ──
+def _non_empty_string(value: Any, list_name: str) -> str | None:
+    return None if isinstance(value, str) and value.strip() else "must be a non-empty string"
+
+
+def _check_id(value: Any, list_name: str) -> str | None:
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        return f"must be a kebab-case string (lowercase letters, digits, single hyphens), got {value!r}"
+    return None
+
+
+def _check_models(value: Any, list_name: str) -> str | None:
+    if not isinstance(value, list) or not value or not all(isinstance(m, str) and m for m in value):
+        return "must be a non-empty array of transformers class names"
+    twice = sorted({m for m in value if value.count(m) > 1})
+    return f"lists {', '.join(map(repr, twice))} more than once" if twice else None
+
+
+def _check_backend(value: Any, list_name: str) -> str | None:
+    if list_name == "ONNX_DISABLE_OPTIMIZE" and value != "onnx":
+        return f"must be 'onnx' in {LIST_FILES[list_name]}, got {value!r}"
+    return None if value in BACKENDS else f"must be one of {', '.join(BACKENDS)}, got {value!r}"
+
+
+def _check_scope(value: Any, list_name: str) -> str | None:
+    return None if value in SCOPES else f"must be one of {', '.join(SCOPES)}, got {value!r}"
+
+
+def _check_upstream(value: Any, list_name: str) -> str | None:
+    specific = "must be one specific GitHub issue or pull request (https://github.com/OWNER/REPO/issues/N or /pull/N)"
+    if not isinstance(value, str):
+        return specific
+    if _GITHUB_HOST.match(value) or list_name == "ONNX_DISABLE_OPTIMIZE":
+        return None if parse_github_url(value) else f"{specific}, got {value!r}"
+    return None if _URL.fullmatch(value) else f"must be an http(s) URL of one issue, got {value!r}"
+
+
+def _check_dependency(value: Any, list_name: str) -> str | None:
+    if isinstance(value, str) and _PACKAGE.fullmatch(value):
+        return None
+    return f"must be the pip package expected to carry the fix (e.g. 'onnxscript'), got {value!r}"
+
+
+def _check_failure(value: Any, list_name: str) -> str | None:
+    if not isinstance(value, str) or not value:
+        return "must be a non-empty regular expression string"
+    try:
+        re.compile(value)
+    except re.error as error:
+        return f"is not a valid regular expression: {error}"
+    return None
+
+
+def _check_added(value: Any, list_name: str) -> str | None:
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return None
+    return f"must be a TOML date such as 2025-01-31, got {value!r}"
+
+
+def _check_fixed_in(value: Any, list_name: str) -> str | None:
+    if not isinstance(value, str):
+        return f"must be a string such as 'onnxscript>=0.7.3', got {value!r}"
+    try:
+        requirement = Requirement(value)
+    except InvalidRequirement as error:
+        return f"is not a version specifier such as 'onnxscript>=0.7.3': {str(error).splitlines()[0]}"
+    if not requirement.specifier or requirement.marker or requirement.url or requirement.extras:
+        return f"must be a package and a version specifier only, such as 'onnxscript>=0.7.3', got {value!r}"
+    return None
+
+
+def _check_repro_table(value: Any, list_name: str) -> str | None:
+    return None if isinstance(value, dict) else "must be a table ([entry.repro])"
+
+
+# ── Validation of ``[entry.repro]``: (key path, message) pairs, so each message points at its line ──
+_REPRO_KEYS = ("config", "inputs", "export", "seed", "script")
+_INPUT_KEYS = ("batch", "sequence", "image_size", "shapes")
+# Export options a reproducer may set, per backend; each maps to a field of that exporter's config.
+REPRO_EXPORT_OPTIONS: dict[str, dict[str, type]] = {
+    "dynamo": {"dynamic": bool, "strict": bool},
+    "onnx": {"dynamic": bool, "optimize": bool, "opset_version": int},
+    "executorch": {"dynamic": bool, "max_batch": int, "max_sequence": int, "et_backend": str},
+}
+_REPRO_HEADER = re.compile(r"\s*\[\s*entry\s*\.\s*repro\b")
+_SCRIPT = re.compile(r"registry/repro/([A-Za-z0-9_-]+\.py)")
+RePath = tuple[str, ...]
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _config_problems(table: Mapping[str, Any], where: RePath) -> list[tuple[RePath, str]]:
+    problems = []
+    for key, value in table.items():
+        if not key.isidentifier():
+            problems.append(((*where, key), f"{'.'.join((*where, key))!r}: {key!r} is not a config field name"))
+        elif isinstance(value, dict):
+            problems += _config_problems(value, (*where, key))
+    return problems
+
+
+def _inputs_problems(inputs: Mapping[str, Any]) -> list[tuple[RePath, str]]:
+    problems: list[tuple[RePath, str]] = [
+        (("inputs", k), f"'inputs.{k}': unknown key (allowed: {', '.join(_INPUT_KEYS)})")
+        for k in inputs
+        if k not in _INPUT_KEYS
+    ]
+    for key in ("batch", "sequence"):
+        if key in inputs and not _positive_int(inputs[key]):
+            problems.append((("inputs", key), f"'inputs.{key}' must be a positive integer, got {inputs[key]!r}"))
+    size = inputs.get("image_size")
+    square = _positive_int(size)
+    pair = isinstance(size, list) and len(size) == 2 and all(map(_positive_int, size))
+    if "image_size" in inputs and not (square or pair):
+        problems.append(
+            (("inputs", "image_size"), f"'inputs.image_size' must be a positive integer or [height, width], got {size!r}")
+        )
+    shapes = inputs.get("shapes", {})
+    if not isinstance(shapes, dict):
+        return [*problems, (("inputs", "shapes"), "'inputs.shapes' must be a table: input name = [dims]")]
+    for name, shape in shapes.items():
+        if not (isinstance(shape, list) and shape and all(map(_positive_int, shape))):
+            problems.append(
+                (("inputs", "shapes", name), f"'inputs.shapes.{name}' must be a non-empty array of positive integers, got {shape!r}")
+            )
+    return problems
+
+
+def _export_problems(export: Mapping[str, Any], backend: str, scope: str, list_name: str) -> list[tuple[RePath, str]]:
+    allowed = REPRO_EXPORT_OPTIONS[backend]
+    problems: list[tuple[RePath, str]] = []
+    for key, value in export.items():
+        where = ("export", key)
+        if key not in allowed:
+            problems.append((where, f"'export.{key}': not an option of the {backend} exporter (allowed: {', '.join(allowed)})"))
+        elif not isinstance(value, allowed[key]) or (allowed[key] is int and isinstance(value, bool)):
+            kind = {bool: "a boolean (true/false)", int: "an integer", str: "a string"}[allowed[key]]
+            problems.append((where, f"'export.{key}' must be {kind}, got {value!r}"))
+        elif allowed[key] is int and value < 1:
+            problems.append((where, f"'export.{key}' must be positive, got {value!r}"))
+    if list_name == "ONNX_DISABLE_OPTIMIZE" and "optimize" in export:
+        problems.append(
+            (("export", "optimize"), "'export.optimize' cannot be set here: the re-run turns the optimizer on, that is the workaround left out")
+        )
+    dynamic = export.get("dynamic")
+    if isinstance(dynamic, bool) and scope != "all" and dynamic != (scope == "dynamic"):
+        problems.append(
+            (("export", "dynamic"), f"'export.dynamic' = {str(dynamic).lower()} lies outside the entry's scope {scope!r}")
+        )
+    return problems
+
+
+def _repro_problems(repro: Mapping[str, Any], backend: str, scope: str, list_name: str, registry_dir: Path) -> list[tuple[RePath, str]]:
+    """Everything wrong with one ``[entry.repro]`` table (its shape; fields are checked when it is built)."""
+    problems: list[tuple[RePath, str]] = [
+        ((k,), f"unknown key {k!r} (allowed: {', '.join(_REPRO_KEYS)})") for k in repro if k not in _REPRO_KEYS
+    ]
+    for key in ("config", "inputs", "export"):
+        if key in repro and not isinstance(repro[key], dict):
+            problems.append(((key,), f"{key!r} must be a table ([entry.repro.{key}])"))
+    if isinstance(repro.get("config"), dict):
+        problems += _config_problems(repro["config"], ("config",))
+    if isinstance(repro.get("inputs"), dict):
+        problems += _inputs_problems(repro["inputs"])
+    if isinstance(repro.get("export"), dict):
+        problems += _export_problems(repro["export"], backend, scope, list_name)
+    if "seed" in repro and not (isinstance(repro["seed"], int) and not isinstance(repro["seed"], bool) and repro["seed"] >= 0):
+        problems.append((("seed",), f"'seed' must be a non-negative integer, got {repro['seed']!r}"))
+    if "script" in repro:
+        script = repro["script"]
+        match = _SCRIPT.fullmatch(script) if isinstance(script, str) else None
+        if match is None:
+            problems.append((("script",), f"'script' must be a path 'registry/repro/NAME.py', got {script!r}"))
+        elif not (registry_dir / "repro" / match.group(1)).is_file():
+            problems.append((("script",), f"'script' {script!r}: no such file {registry_dir / 'repro' / match.group(1)}"))
+        clash = [k for k in ("config", "inputs") if k in repro]
+        if clash:
+            problems.append((("script",), f"'script' builds the model and inputs itself: drop {', '.join(map(repr, clash))}"))
+    if not repro:
+        problems.append(((), "an empty [entry.repro] table reproduces nothing: drop it or fill it in"))
+    return problems
+
+
+def _make_repro(repro: Mapping[str, Any], registry_dir: Path) -> Repro:
+    script = repro.get("script")
+    return Repro(
+        config=dict(repro.get("config", {})),
+        inputs=dict(repro.get("inputs", {})),
+        export=dict(repro.get("export", {})),
+        seed=repro.get("seed"),
+        script=registry_dir / "repro" / script.removeprefix("registry/repro/") if script else None,
+    )
+
+
+def _repro_line(lines: Sequence[str], start: int, end: int, where: RePath) -> int | None:
+    """Line of a key inside ``[entry.repro]``: the deepest ``[entry.repro.a.b]`` header on its path, then
+    the ``key =`` line under it; ``repro = {...}`` written inline points at its own line."""
+    header_at, depth_found = None, 0
+    for depth in range(len(where) + 1):
+        dotted = r"\s*\.\s*".join(re.escape(part) for part in ("entry", "repro", *where[:depth]))
+        header = re.compile(rf"\s*\[\s*{dotted}\s*\]")
+        found = next((i for i in range(start, end) if header.match(lines[i])), None)
+        if found is not None:
+            header_at, depth_found = found, depth
+    if header_at is None:
+        return _key_line(lines, start, end, "repro")
+    if depth_found == len(where):
+        return header_at + 1
+    stop = next((i for i in range(header_at + 1, end) if lines[i].lstrip().startswith("[")), end)
+    return _key_line(lines, header_at + 1, stop, where[depth_found]) or header_at + 1
+
+
+_CHECKS: dict[str, Callable[[Any, str], str | None]] = {
+    "id": _check_id,
+    "models": _check_models,
+    "backend": _check_backend,
+    "scope": _check_scope,
+    "upstream": _check_upstream,
+    "dependency": _check_dependency,
+    "reason": _non_empty_string,
+    "model_change": _non_empty_string,
+    "failure": _check_failure,
+    "added": _check_added,
+    "fixed_in": _check_fixed_in,
+    "repro": _check_repro_table,
+}
