@@ -82,7 +82,7 @@ def in_memory_runner(backend: str, result: Any) -> Callable[[dict[str, Any]], An
 def old_save_and_validate(backend: str, result: Any, directory: Path) -> None:
     """Write the artifact, validate the in-memory artifact at every shape (the pre-bundle ``save``)."""
     directory.mkdir(parents=True, exist_ok=True)
-    result.save_artifact(directory)
+    result.save_artifact(directory / result.component.file)
     run = in_memory_runner(backend, result)
     report = ValidationReport(result.atol, result.rtol)
     cases = [("sample", result.inputs)] + ([("second", result.second_inputs)] if result.second_inputs else [])

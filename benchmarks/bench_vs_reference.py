@@ -290,7 +290,7 @@ def export_for_latency(backend: str, name: str, path: str, directory: Path) -> d
     delegated = None
     if path == "ours":
         result = ours_exporter(backend, False).export(model, inputs)
-        artifact = result.save_artifact(saved)
+        artifact = result.save_artifact(saved / result.component.file)
         if backend == "executorch":
             delegated = _delegation_share(result.artifact.exported_program())
     else:

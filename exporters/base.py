@@ -157,7 +157,8 @@ class ExportResult:
     """An exported artifact plus the means to check it against the eager model it came from.
 
     ``component`` describes the artifact for the bundle manifest (inputs, outputs, specs, named dims);
-    ``save_artifact`` writes the file into a directory; ``run_artifact`` runs the in-memory artifact (kept
+    ``save_artifact`` writes the artifact to the file path it is given (a bundle names it ``component.file``, a
+    generation bundle after its component); ``run_artifact`` runs the in-memory artifact (kept
     for quick experiments and the benchmark baseline; validation never uses it, see ``validate``);
     ``second_inputs`` (dynamic exports only) holds inputs of another batch/sequence size; the exporter gives
     ``make_second_inputs`` and the inputs are made on first read (validation, ``save``), booked then as the
@@ -246,7 +247,7 @@ class ExportResult:
         for stage in ("write bundle", "validation"):  # this write's timings, not the sum over earlier ones
             _remove_stage(seconds, stage)
         started = time.perf_counter()
-        self.save_artifact(directory)
+        self.save_artifact(directory / self.component.file)
         manifest = self.manifest()
         manifest.files = write_model_configs(directory, self.model)
         write_manifest(directory, manifest)

@@ -22,6 +22,7 @@ from exporters import load_all_workarounds
 from exporters.base import StageClock
 from exporters.dynamo.exporter import DynamoExporter
 from exporters.onnx import exporter as exporter_onnx
+from exporters.onnx import translations as onnx_translations
 from exporters.onnx.exporter import OnnxConfig, OnnxExporter
 from exporters.utils import all_workarounds
 from exporters.validation import PASS, check_shape
@@ -474,7 +475,7 @@ class GroupedExperts(torch.nn.Module):
         self.weight = torch.nn.Parameter(torch.randn(EXPERTS, K, N))
 
     def forward(self, x, offs):
-        return exporter_onnx._transformers_op("grouped_mm_fallback")(x, self.weight, offs)
+        return onnx_translations._transformers_op("grouped_mm_fallback")(x, self.weight, offs)
 
 
 def test_grouped_mm_translation_matches_eager_per_expert():

@@ -98,7 +98,7 @@ class DynamoExporter:
             model=model,
             inputs=inputs,
             run_artifact=lambda kw: [t for _, t in named_tensors(program.module()(**kw))],
-            save_artifact=lambda out: _save_program(program, out / "model.pt2"),
+            save_artifact=lambda path: _save_program(program, path),
             component=component,
             program=program,
             atol=self.config.atol,

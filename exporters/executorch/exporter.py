@@ -198,7 +198,7 @@ class ExecutorchExporter:
             model=model,
             inputs=inputs,
             run_artifact=PteRunner(lowered.buffer),
-            save_artifact=lambda out: save_pte(lowered.buffer, out / "model.pte"),
+            save_artifact=lambda path: save_pte(lowered.buffer, path),
             component=component,
             program=program,
             atol=config.atol,

@@ -140,7 +140,7 @@ class GenerationExport:
 
     def _write(self, directory: Path) -> None:
         for name, result in self.results.items():
-            save_component(self.backend, result, directory / f"{name}{EXTENSIONS[self.backend]}")
+            result.save_artifact(directory / f"{name}{EXTENSIONS[self.backend]}")  # its exporter's writer
         manifest = self.manifest()
         manifest.files = write_model_configs(directory, self.model)
         write_manifest(directory, manifest)
@@ -167,19 +167,6 @@ class GenerationExport:
         write_manifest(directory, manifest)
         if not (directory / MANIFEST_FILE).is_file():
             raise RuntimeError(f"{directory}: manifest was not written")
-
-
-def save_component(backend: str, result: ExportResult, path: Path) -> Path:
-    """Write one component's artifact under its own name (the exporters' writers, another file name)."""
-    if backend == "onnx":
-        from exporters.onnx.exporter import save_model
-
-        return save_model(result.artifact, path)
-    if backend == "executorch":
-        path.write_bytes(result.artifact.buffer)
-        return path
-    torch.export.save(result.artifact, str(path))
-    return path
 
 
 def size_oblivious_tracing() -> Any:

@@ -1,13 +1,15 @@
-"""Stage 4 of the ONNX exporter, continued: aten translations for ops torchlib lowers wrongly or not at all.
+"""Stage 4 of the ONNX exporter: aten translations for ops torchlib lowers wrongly or not at all.
 
-Registered with ``exporter_onnx._register_translation`` like the ones in ``exporter_onnx`` (which imports
-this module at its end, so importing the exporter fills the table); ``grep -n "^def _aten_"`` over
-``exporters/*.py`` lists them all. Each function is traced by torch.onnx with onnx_ir values: a value's
+``_ONNX_TRANSLATION_TABLE`` maps an aten op to the onnxscript function that replaces torchlib's lowering;
+each ``_aten_*`` function below registers itself with ``_register_translation(op, upstream=...,
+dependency=...)``, and the exporter (which imports this module) hands ``translation_table(without)`` to
+``torch.onnx.export``. ``grep -n "^def _aten_" exporters/onnx/translations.py`` lists them all. Each function is traced by torch.onnx with onnx_ir values: a value's
 ``shape`` holds the sizes the torch.export program proved (ints) or symbols, and its rank is always known.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import onnx_ir as ir
@@ -15,8 +17,99 @@ import torch
 from onnx_ir.tensor_adapters import from_torch_dtype, to_torch_dtype
 
 from exporters.fx_rewrites import emitter, replace_node
-from exporters.onnx.exporter import _register_translation
-from exporters.utils import record_hit, register_fx_node_fix
+from exporters.utils import Workaround, announce_workaround, record_hit, register_fx_node_fix
+
+# aten op → onnxscript function, for ops whose default lowering is missing or wrong. Register with
+# `_register_translation(op, upstream=..., dependency=...)` above an `_aten_*` onnxscript function.
+_ONNX_TRANSLATION_TABLE: dict[Any, Callable] = {}
+_TRANSLATION_NAMES: dict[Any, str] = {}
+
+
+def _register_translation(op: Any, *, upstream: str | None = None, dependency: str | None = None) -> Callable:
+    """``op`` is an OpOverload, or the ``namespace::name`` of a custom op the installed release does not
+    register (then the workaround is listed but has nothing to translate)."""
+
+    def decorate(function: Callable) -> Callable:
+        name = getattr(function, "name", None) or function.__name__
+        announce_workaround(Workaround(name, "onnx_translation", "onnx", function, (str(op),), upstream, dependency))
+        if not isinstance(op, str):
+            _ONNX_TRANSLATION_TABLE[op] = function
+            _TRANSLATION_NAMES[op] = name
+        return function
+
+    return decorate
+
+
+def translation_table(without: frozenset[str]) -> dict[Any, Callable]:
+    return {op: f for op, f in _ONNX_TRANSLATION_TABLE.items() if _TRANSLATION_NAMES[op] not in without}
+
+
+def _transformers_op(name: str) -> Any:
+    """``torch.ops.transformers.<name>.default``; importing the MoE integration registers the custom op.
+
+    Releases before the op existed (transformers 5.0.0 has no ``grouped_mm_fallback``) give its
+    ``transformers::<name>`` string instead: importing this module must not fail on them.
+    """
+    try:
+        import transformers.integrations.moe  # noqa: F401
+    except ImportError:
+        return f"transformers::{name}"
+    packet = getattr(torch.ops.transformers, name, None)
+    return f"transformers::{name}" if packet is None else packet.default
+
+
+@_register_translation(
+    _transformers_op("grouped_mm_fallback"),
+    upstream="https://github.com/microsoft/onnxscript/pull/3017",
+    dependency="onnxscript",
+)
+def _aten_grouped_mm_fallback(input: Any, weight: Any, offs: Any) -> Any:
+    """Lower transformers' opaque ``grouped_mm_fallback`` (``_grouped_mm`` with ``offs``) to one MatMul per expert.
+
+    MoE experts on CPU/fp32 dispatch through the custom op ``transformers::grouped_mm_fallback(input (S, K),
+    weight (G, K, N), offs (G,))``: rows ``offs[g-1]:offs[g]`` of ``input`` (sorted by expert) times
+    ``weight[g]``, rows past ``offs[-1]`` left zero. torch.onnx has no translation for it, and torchlib's
+    ``aten::_grouped_mm`` raises on ``offs``. ``G`` is static (a weight dim); token counts stay dynamic.
+    """
+    from onnxscript import opset18 as op
+
+    groups = weight.shape[0]
+    if not isinstance(groups, int):
+        raise ValueError("grouped_mm_fallback: the number of experts (weight.shape[0]) must be static")
+    record_hit("_aten_grouped_mm_fallback")
+    axis0 = op.Constant(value_ints=[0])
+    offs = op.Cast(offs, to=ir.DataType.INT64)
+    ends = op.Split(offs, axis=0, num_outputs=groups) if groups > 1 else [offs]
+    weights = op.Split(weight, axis=0, num_outputs=groups) if groups > 1 else [weight]
+    # One SplitToSequence cuts the rows by expert (a Slice per expert makes the optimizer's pairwise
+    # SlicesSplit rule quadratic: minutes for 384 experts); the last chunk is the rows past offs[-1].
+    starts = op.Concat(axis0, *ends[:-1], axis=0)
+    tail = op.Sub(op.Shape(input, start=0, end=1), ends[-1])
+    chunks = op.SplitToSequence(input, op.Concat(op.Sub(offs, starts), tail, axis=0), axis=0)
+    outputs = [
+        op.MatMul(op.SequenceAt(chunks, op.Constant(value_int=g)), op.Squeeze(expert, axis0))
+        for g, expert in enumerate(weights)
+    ]
+    result = op.Concat(*outputs, axis=0) if groups > 1 else outputs[0]
+    # rows past offs[-1] (none when every token is routed) stay zero, as in the eager fallback
+    pads = op.Concat(op.Constant(value_ints=[0, 0]), tail, op.Constant(value_ints=[0]), axis=0)
+    return op.Pad(result, pads)
+
+
+@_register_translation(torch.ops.aten._is_all_true.default, dependency="onnxscript")
+def _aten_is_all_true(self: Any) -> Any:
+    """Translate ``aten._is_all_true`` (from ``torch._check_tensor_all``) as "no element is False".
+
+    transformers' ``torch_compilable_check(tensor_cond, ...)`` calls ``torch._check_tensor_all`` while
+    tracing, which leaves ``_is_all_true`` feeding an assertion; torchlib has no translation for it. The
+    assertion itself is dropped by torch.onnx, this only has to produce the 0-d bool. Empty input → True.
+    Not reported upstream yet: the ready-to-file onnxscript issue is docs/upstream-drafts/_aten_is_all_true.md.
+    """
+    from onnxscript import opset18 as op
+
+    record_hit("_aten_is_all_true")
+    falses = op.ReduceSum(op.Cast(op.Not(op.Cast(self, to=ir.DataType.BOOL)), to=ir.DataType.INT64), keepdims=0)
+    return op.Equal(falses, op.Constant(value_int=0))
 
 
 def _static_size(value: Any, dim: int) -> int | None:
