@@ -42,7 +42,8 @@ from typing import Any
 import torch
 
 import exporters
-from bot.run.runner import ExportRequest, make_exporter
+from bot.outcome import ExportRequest
+from bot.run.runner import make_exporter
 from exporters.tiny import build_tiny
 from exporters.validation import ValidationReport, check_shape
 

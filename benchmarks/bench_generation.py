@@ -49,7 +49,7 @@ def best_decode(generate: Any, prompts: dict[str, torch.Tensor]) -> tuple[float,
 
 
 def ours(model: torch.nn.Module, prompts: dict[str, torch.Tensor], backend: str, work: Path) -> dict[str, Any]:
-    from bot.cli.generate import make_generation_exporter
+    from bot.run.generation import make_generation_exporter
     from exporters.bundle.loading import load
     from exporters.generation.components import GenerationExportConfig
     from exporters.generation.export import export_for_generation

@@ -30,9 +30,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from bot.run.reruns import DEFAULT_RUNS, DEFAULT_TIMEOUT
-
 CONFIG_FILE = "pyproject.toml"
+DEFAULT_RUNS = 2  # re-runs of each export an audit makes (flaky passes show up)
+DEFAULT_TIMEOUT = 600.0  # seconds one re-run export may take
 _REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+")
 # What git allows in a branch name, minus the rarely used characters that make URLs and shells awkward.
 _BRANCH = re.compile(r"(?!/)(?!.*(?:\.\.|//|@\{|/$|\.lock$|\.$))[A-Za-z0-9._/-]+")

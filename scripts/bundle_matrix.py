@@ -44,7 +44,8 @@ def export_case(model: str, backend: str, mode: str, case: Path) -> None:
     """Step 1, run in its own process: export, save the bundle, keep inputs and eager outputs per shape."""
     import torch
 
-    from bot.run.runner import ExportRequest, make_exporter
+    from bot.outcome import ExportRequest
+    from bot.run.runner import make_exporter
     from exporters.tiny import build_tiny
     from exporters.validation import named_tensors
 

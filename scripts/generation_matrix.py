@@ -55,7 +55,7 @@ ATTEMPTS: tuple[tuple[int, dict[str, Any]], ...] = (
 
 def run_one(name: str, task: str, overrides: dict[str, Any], backend: str, out: Path, seed: int) -> dict[str, Any]:
     """Export + validate + publish in this process; returns the record (no exception escapes)."""
-    from bot.cli.generate import export_generation
+    from bot.run.generation import export_generation
 
     record: dict[str, Any] = {"model": name, "backend": backend, "task": task, "seed": seed, "overrides": overrides}
     started = time.perf_counter()
@@ -84,7 +84,7 @@ def run_one(name: str, task: str, overrides: dict[str, Any], backend: str, out: 
 def decode_speeds(out: Path, seed: int) -> dict[str, float]:
     """Decode tokens/s of the saved bundle and of eager with the same cache wrappers (the model rebuilt from
     the bundle's source), interleaved, best of 3 each after a warm-up, so both see the same machine load."""
-    from bot.cli.generate import rebuild_source
+    from bot.run.generation import rebuild_source
     from exporters.bundle.loading import load
     from exporters.generation.components import GenerationExportConfig, plan_components, sample_prompts
     from exporters.generation.loop import EagerGeneration

@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 import exporters
 from bot.cli.main import main
-from bot.run.runner import ExportRequest, export_one
+from bot.outcome import ExportRequest
+from bot.run.runner import export_one
 from exporters.bundle.format import BundleError, check_replaceable, failure_record_path
 
 

@@ -440,7 +440,8 @@ def test_onnx_needs_vmap_masks_built_by_broadcasting():
     ],
 )
 def test_swept_classes_pass_with_the_workaround_and_fail_without(model, backend, workaround, failure):
-    from bot.run.runner import ExportRequest, export_one
+    from bot.outcome import ExportRequest
+    from bot.run.runner import export_one
 
     fixed = export_one(ExportRequest(model, backend, ignore_ledger=("all",)))
     assert fixed.status == "pass", fixed.error

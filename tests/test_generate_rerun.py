@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.audit.plan import entry_subject
-from bot.run.reruns import rerun_subject, scope_modes, subprocess_runner
+from bot.audit.plan import entry_subject, scope_modes
+from bot.run.reruns import rerun_subject, subprocess_runner
 from exporters.ledger import load_ledger
 
 ENTRY = """\

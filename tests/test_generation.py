@@ -27,7 +27,7 @@ NAME = "LlamaForCausalLM"
 @pytest.fixture(scope="session")
 def llama_bundle(tmp_path_factory):
     """The tiny Llama's generation bundle (ONNX), written and validated once; (directory, export, prompts)."""
-    from bot.cli.generate import export_generation
+    from bot.run.generation import export_generation
 
     out = tmp_path_factory.mktemp("generation") / "llama-onnx"
     export = export_generation(NAME, "onnx", out, task="text-generation")

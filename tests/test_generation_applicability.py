@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bot.cli.generate import NotForGeneration, build_generation_model
+from bot.run.generation import NotForGeneration, build_generation_model
 from exporters.generation.check import degenerate
 from exporters.generation.components import (
     DecoderOnlyStep,
@@ -150,7 +150,7 @@ def test_degenerate_means_one_token_in_every_row():
 
 def test_the_sweep_exports_the_lively_build_and_says_when_none_was(monkeypatch):
     import bot.run.generation as outcome_module
-    from bot.run.runner import ExportOutcome
+    from bot.outcome import ExportOutcome
 
     seen = {}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from bot.cli.generate import build_generation_model
+from bot.run.generation import build_generation_model
 from exporters.generation.check import check_generation
 from exporters.generation.components import (
     GenerationExportConfig,

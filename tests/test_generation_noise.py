@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from bot.cli.generate import build_generation_model
+from bot.run.generation import build_generation_model
 from exporters.generation.check import (
     LOGITS_ATOL,
     NOISE_FACTOR,

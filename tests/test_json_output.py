@@ -25,10 +25,10 @@ from test_shrink import REPO, TOKEN, client, invoke, no_throttle, server_fixture
 from test_shrink_edges import FIRST, OPTIMIZE, VERIFIED, checkout, git
 from test_sweep import SKIPS_TOML  # gates AlbertModel (albert-gated)
 
+from bot.cli.bisect import bisect_command
+from bot.cli.pr import PR_JSON_KEYS, pr_command, run_pr
 from bot.cli.sweep import sweep_group
-from bot.github.shrink import PR_JSON_KEYS, pr_command, run_pr
 from bot.run import bisect as bisect_module
-from bot.run.bisect import bisect_command
 from bot.run.venvs import Uninstallable
 from bot.sweep.results import read_results
 from bot.sweep.worker import TEST_CRASH_ENV

@@ -27,8 +27,8 @@ from bot.audit.plan import (
     same_version,
     workaround_subject,
 )
+from bot.audit.upstream import UpstreamState
 from bot.audit.verification import Verification
-from bot.github.tracker import UpstreamState
 from exporters.ledger import UpstreamRef, load_ledger
 from exporters.utils import Workaround
 

@@ -22,8 +22,19 @@ from fake_github import fake_github_fixture  # noqa: F401 (provides the fake_git
 from test_audit import PINS, REPO, tracker, web, write_registry
 
 from bot.audit.plan import Export, workaround_subject
+from bot.audit.workaround_index import (
+    FiredExport,
+    build_index,
+    index_from_dict,
+    load_index,
+    probe_subject,
+    select_probes,
+)
+from bot.audit.workaround_removal import NotSelfContained, remove_workaround_source, remove_workaround_text
 from bot.cli.audit import audit_command
-from bot.github.workaround_removal import NotSelfContained, remove_workaround_source, remove_workaround_text
+from bot.cli.bisect import bisect_command
+from bot.cli.workarounds import workarounds_group
+from bot.outcome import ExportRequest
 from bot.run import bisect as bisect_module
 from bot.run.audit_run import EXIT_NOTHING, EXIT_REMOVABLE, run_audit
 from bot.run.bisect import (
@@ -31,26 +42,16 @@ from bot.run.bisect import (
     PASSED,
     UNINSTALLABLE,
     Probe,
-    bisect_command,
     first_passing,
     newer_versions,
     parse_index_versions,
     released_versions,
 )
 from bot.run.reruns import subprocess_runner
-from bot.run.runner import ExportRequest, export_one
+from bot.run.runner import export_one
 from bot.run.venvs import Uninstallable, constraints_with, ensure_venv
 from bot.sweep.records import SCHEMA
 from bot.sweep.results import read_results
-from bot.sweep.workaround_index import (
-    FiredExport,
-    build_index,
-    index_from_dict,
-    load_index,
-    probe_subject,
-    select_probes,
-    workarounds_group,
-)
 from exporters import load_all_workarounds
 from exporters import utils as workaround_registry
 from exporters.ledger import load_ledger

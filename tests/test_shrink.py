@@ -22,8 +22,9 @@ from fake_github import (
 from github import Auth, Github, InputGitTreeElement
 
 from bot.audit.report import ReportError, check_report, registry_digest
+from bot.cli import pr as shrink
+from bot.cli.pr import pr_command
 from bot.config import BotConfig, ConfigError, load_config, parse_config
-from bot.github import shrink
 from bot.github import shrink_session as shrink_github
 from bot.github.prwriter import (
     parse_pr_body,
@@ -33,7 +34,9 @@ from bot.github.prwriter import (
     select_proposals,
     shrink_changes,
 )
-from bot.github.shrink import ShrinkOutcome, ShrinkStopped, open_or_update_pr, pr_command
+from bot.github.shrink import open_or_update_pr
+from bot.github.shrink_plan import ShrinkOutcome
+from bot.github.shrink_session import ShrinkStopped
 from exporters.ledger import load_ledger
 
 TOKEN = "ghp_FAKE0123456789abcdefTOKENdoNOTleak"

@@ -49,11 +49,11 @@ from bot.audit.report import (
     registry_digest,
     report_identity,
 )
+from bot.cli.pr import make_github, pr_command
 from bot.config import BotConfig
 from bot.github import shrink
 from bot.github.dashboard import DASHBOARD_MARKER
 from bot.github.prwriter import parse_pr_body, read_trailers
-from bot.github.shrink import pr_command
 from bot.github.shrink_session import READ_TRIES, ShrinkStopped
 from bot.run.audit_run import AuditReport
 
@@ -380,7 +380,7 @@ def test_stops_name_the_step_what_was_written_and_whether_a_rerun_completes(serv
 
 def test_no_network_is_a_stop_that_points_to_local(tmp_path: Path) -> None:
     with pytest.raises(ShrinkStopped) as stopped:
-        shrink.open_or_update_pr(FIRST, CONFIG_NO_DASH, shrink.make_github("http://127.0.0.1:9", None), False)
+        shrink.open_or_update_pr(FIRST, CONFIG_NO_DASH, make_github("http://127.0.0.1:9", None), False)
     line = stopped.value.explain()
     assert line.startswith(f"stopped at step 'read repository {REPO}': the read failed {READ_TRIES} times (ConnectionError")
     assert "once http://127.0.0.1:9 is reachable (--local plans against the checkout without a network)" in line

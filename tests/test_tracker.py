@@ -24,17 +24,8 @@ from fake_github import (
 )
 from github import Auth, Github, InputGitTreeElement
 
-from bot.github.tracker import (
-    NOT_FOUND,
-    NOT_GITHUB,
-    OfflineTracker,
-    RateLimited,
-    SnapshotError,
-    Tracker,
-    UpstreamRef,
-    parse_upstream,
-    write_snapshot,
-)
+from bot.audit.upstream import NOT_FOUND, NOT_GITHUB, RateLimited, UpstreamRef, parse_upstream
+from bot.github.tracker import OfflineTracker, SnapshotError, Tracker, write_snapshot
 
 TOKEN = "ghp_FAKE0123456789abcdefTOKENdoNOTleak"
 REPO = "pytorch/pytorch"

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from bot.audit.plan import ENTRY, WORKAROUND, Export, Plan, Subject, plan_entry
+from bot.audit.upstream import UpstreamState
 from bot.audit.verdict import (
     CHANGED,
     HUMAN,
@@ -36,7 +37,6 @@ from bot.audit.verdict import (
     verdict,
 )
 from bot.audit.verification import Verification
-from bot.github.tracker import UpstreamState
 from exporters.ledger import UpstreamRef, load_ledger
 
 PINS = {"torch": "2.13.0", "transformers": "5.23.0", "onnx": "1.23.2", "onnxscript": "0.7.2", "onnxruntime": "1.32.0"}

@@ -14,11 +14,12 @@ import torch.utils._pytree as pytree
 from bot.audit.plan import ENTRY, Export, Subject
 from bot.audit.regression_sample import SampledExport
 from bot.audit.window import own_incompatibility, unsupported_reason
+from bot.outcome import FAILED as EXPORT_FAILED
+from bot.outcome import ExportOutcome, ExportRequest
 from bot.run.bisect import FAILED, PASSED, UNINSTALLABLE, UNSUPPORTED, ExportProbe, Probe, first_passing
 from bot.run.candidate import UNSUPPORTED as ROW_UNSUPPORTED
 from bot.run.candidate import check_regressions, prepare_environment
-from bot.run.runner import FAILED as EXPORT_FAILED
-from bot.run.runner import ExportOutcome, ExportRequest, _failed
+from bot.run.runner import _failed
 from exporters.flatten import leaves_with_path
 from exporters.validation import named_tensors
 

@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 PIN_FILE_NAME = "constraints.txt"
 
 # The packages whose versions decide whether an export through a backend works.
@@ -106,3 +108,11 @@ def stack_versions(pins: Mapping[str, str], backend: str) -> dict[str, str]:
     if missing:
         raise PinFileError(f"{PIN_FILE_NAME} pins no version for {', '.join(missing)} (needed by {backend})")
     return {name: pins[normalize_name(name)] for name in packages}
+
+
+def same_release(installed: str, version: str) -> bool:
+    """``2.14.0+cpu`` is release ``2.14.0``; ``not installed`` is no release."""
+    try:
+        return Version(installed).public == Version(version).public
+    except InvalidVersion:
+        return False

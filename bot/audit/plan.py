@@ -31,10 +31,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from bot.audit.pins import BACKEND_STACK, normalize_name
+from bot.audit.pins import BACKEND_STACK, normalize_name, same_release
+from bot.audit.upstream import NOT_FOUND, UpstreamState
 from bot.audit.verification import Verification
-from bot.github.tracker import NOT_FOUND, UpstreamState
-from bot.run.venvs import same_release
 from exporters.ledger import LedgerEntry
 from exporters.utils import Workaround
 
@@ -86,7 +85,7 @@ def entry_subject(entry: LedgerEntry) -> Subject:
 
 
 def workaround_subject(workaround: Workaround, exports: Iterable[Export]) -> Subject:
-    """A workaround as a subject; ``exports`` are those it fired in (see bot.sweep.workaround_index).
+    """A workaround as a subject; ``exports`` are those it fired in (see bot.audit.workaround_index).
 
     ``executorch.xnnpack`` patches belong to the ``executorch`` stack. The dependency joins the stack when
     it is not already part of it.
@@ -243,3 +242,10 @@ def same_version(recorded: str | None, pinned: str | None) -> bool:
     if recorded is None or pinned is None:
         return recorded == pinned
     return recorded == pinned or same_release(recorded, pinned)
+
+
+def scope_modes(scope: str) -> list[bool]:
+    """The ``dynamic`` flags an entry's scope covers: ``all`` → static and dynamic."""
+    # generate: one dynamic re-run, which the child's `export --repro ID` makes a generation export
+    # (bot/run/generation.py), never a plain dynamic export that would be the wrong evidence.
+    return {"all": [False, True], "static": [False], "dynamic": [True], "generate": [True]}[scope]

@@ -22,10 +22,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.audit.pins import BACKEND_STACK, normalize_name, stack_of
+from bot.audit.pins import BACKEND_STACK, normalize_name, same_release, stack_of
 from bot.audit.plan import Export
-from bot.run.runner import PASS
-from bot.run.venvs import same_release
+from bot.outcome import PASS
 
 DEFAULT_SAMPLE = 8
 REPRODUCER, WORKAROUND_FIRED, LISTED, FASTEST = "ledger reproducer", "workaround", "listed", "fastest"

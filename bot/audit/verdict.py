@@ -46,8 +46,8 @@ from bot.audit.plan import (
     needs_human,
     same_version,
 )
-from bot.github.tracker import UpstreamState
-from bot.run.runner import PASS
+from bot.audit.upstream import UpstreamState
+from bot.outcome import PASS
 from exporters.ledger import LedgerEntry
 
 REMOVABLE = "removable"

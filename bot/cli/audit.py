@@ -13,7 +13,7 @@ get verdict ``unknown`` ("rate limited until ...") and are not re-run.
 With ``--workarounds`` every registered workaround that carries ``upstream`` or ``dependency`` metadata
 (or is named by ``--entry``) is audited the same way, as a :class:`bot.audit.plan.Subject`: same triggers,
 same verdicts, re-run in isolated processes with ``--without NAME`` (only that workaround disabled) on at
-most ``--probes`` exports it fired in, taken from the workaround index (bot/sweep/workaround_index.py). A
+most ``--probes`` exports it fired in, taken from the workaround index (bot/audit/workaround_index.py). A
 workaround records no failure regex: any failure without it means still needed, and the error is shown.
 Its rows go to ``workarounds`` in the JSON report (``entries`` stays ledger-only, so a consumer that
 edits the ledger never sees them) and its verifications to ``registry/verified-workarounds.toml``.
@@ -53,7 +53,15 @@ from bot.audit.pins import find_pin_file, read_pins
 from bot.audit.plan import Subject, parse_candidate
 from bot.audit.regression_sample import DEFAULT_SAMPLE
 from bot.audit.report import audit_selection, report_identity
+from bot.audit.upstream import UpstreamTracker
 from bot.audit.verification import WORKAROUNDS_VERIFIED_FILE, load_verification, save_verification
+from bot.audit.workaround_index import (
+    DEFAULT_JSON,
+    DEFAULT_PROBE_LIMIT,
+    WorkaroundIndexError,
+    load_index,
+    probe_subject,
+)
 from bot.cli.audit_render import (
     render_candidate_table,
     render_markdown,
@@ -71,26 +79,14 @@ from bot.cli.options import (
     venv_cache_option,
 )
 from bot.cli.progress import CountedProgress
+from bot.config import DEFAULT_RUNS, DEFAULT_TIMEOUT
 from bot.errors import EXIT_FAILED, UsageProblem, report_errors
-from bot.github.tracker import SnapshotError, Tracker, UpstreamTracker, write_snapshot
+from bot.github.tracker import SnapshotError, Tracker, write_snapshot
 from bot.run.audit_run import run_audit, verification_records
 from bot.run.candidate import prepare_environment, run_candidate_check
 from bot.run.environment import EnvironmentCheck
-from bot.run.reruns import (
-    DEFAULT_RUNS,
-    DEFAULT_SUPERSESSION_PROBES,
-    DEFAULT_TIMEOUT,
-    RunExport,
-    subprocess_runner,
-)
+from bot.run.reruns import DEFAULT_SUPERSESSION_PROBES, RunExport, subprocess_runner
 from bot.run.venvs import DEFAULT_CACHE
-from bot.sweep.workaround_index import (
-    DEFAULT_JSON,
-    DEFAULT_PROBE_LIMIT,
-    WorkaroundIndexError,
-    load_index,
-    probe_subject,
-)
 from exporters.ledger import default_registry_dir, load_ledger
 from exporters.utils import Workaround
 
@@ -355,7 +351,7 @@ def audit_command(
             )  # fmt: skip
     code = report.exit_code()
     if open_prs:
-        from bot.github.shrink import run_pr
+        from bot.cli.pr import run_pr
 
         if run_pr(report.as_dict(), apply=None, github_url=github_url, token_env=token_env,
                   text_to_stderr=to_stdout) != 0:

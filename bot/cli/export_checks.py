@@ -3,7 +3,9 @@
 ``check_request`` refuses, as one line and exit code 2, anything that would fail later: an unwritable
 ``--out`` (first: it would otherwise be found after a 75 s lowering), options that contradict each other or
 the backend, a GPU backend without a GPU, ``--without`` names that are unknown or belong to another backend,
-a model argument that is no class, directory or reachable hub id.
+a model argument that is no class, directory or reachable hub id. ``check_repro`` does the same for
+``--repro ENTRY_ID``: the entry exists and the export is one of its re-runs (the audit's re-runs pass the same
+flag, so a mistake there shows as a one-line usage error, never as an export of something else).
 
 Publishing is the bundle's (``exporters.bundle.format``): the export is staged in a hidden sibling of ``--out`` and
 renamed into place only once validated, so ``--out`` is always the previous bundle or the new one; a
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from bot.errors import UsageProblem
 from exporters.export_options import DynamicDim, ExportOptions, OptionError, did_you_mean
+from exporters.ledger import LedgerError, default_registry_dir, load_ledger
 
 
 def check_request(
@@ -116,3 +119,21 @@ def model_class_names() -> list[str]:
     import transformers
 
     return [n for n in dir(transformers) if n[:1].isupper() and ("For" in n or n.endswith(("Model", "LMHeadModel")))]
+
+
+def check_repro(entry_id: str, model: str, backend: str, dynamic: bool) -> None:
+    """Raise :class:`UsageProblem` unless ``model`` through ``backend`` in this mode re-runs ``entry_id``."""
+    registry = default_registry_dir()
+    try:
+        entry = load_ledger(registry).by_id(entry_id)
+    except KeyError:
+        raise UsageProblem(f"--repro: no ledger entry {entry_id!r} in {registry}") from None
+    except LedgerError as error:
+        raise UsageProblem(f"--repro: the ledger in {registry} is invalid: {error.problems[0]}") from None
+    if model not in entry.models:
+        raise UsageProblem(f"--repro {entry_id}: {model} is not one of its models ({', '.join(entry.models)})")
+    if backend != entry.backend:
+        raise UsageProblem(f"--repro {entry_id}: a {entry.backend} entry; pass --backend {entry.backend}")
+    if dynamic not in entry.modes():
+        wanted = "--dynamic" if entry.modes() == [True] else "--static"
+        raise UsageProblem(f"--repro {entry_id}: it does not re-run in this shape mode; pass {wanted}")

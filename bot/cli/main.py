@@ -17,11 +17,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from bot.cli.generate import export_generation_command, generation_class
+from bot.cli.generate import export_generation_command, rerun_generation_command
 from bot.cli.json_output import emit_json, json_flag
 from bot.errors import EXIT_FAILED, ExportbotGroup, SuggestingChoice, UsageProblem, report_errors
-from bot.run.generation import generate_entry, rerun_generation_command
-from bot.run.runner import BACKENDS, PASS, SKIPPED, ExportRequest, export_one
+from bot.outcome import BACKENDS, PASS, SKIPPED, ExportRequest
+from bot.run.generation import generate_entry, generation_class
+from bot.run.runner import export_one
 from exporters.export_options import DTYPES, TASKS
 
 
@@ -145,7 +146,7 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
         atol=atol, rtol=rtol, pretrained=pretrained,
     )  # fmt: skip
     if repro is not None:
-        from bot.cli.repro_option import check_repro
+        from bot.cli.export_checks import check_repro
 
         check_repro(repro, model, backend, dynamic)
     from bot.cli.progress import StageDisplay
@@ -252,13 +253,13 @@ def list_workarounds_command(as_json: bool) -> None:
 
 def _register_subcommands() -> None:
     from bot.cli.audit import audit_command
+    from bot.cli.bisect import bisect_command
     from bot.cli.generate import generate_command
     from bot.cli.help_examples import attach_examples
     from bot.cli.lint import lint_command
+    from bot.cli.pr import pr_command
     from bot.cli.sweep import sweep_group
-    from bot.github.shrink import pr_command
-    from bot.run.bisect import bisect_command
-    from bot.sweep.workaround_index import workarounds_group
+    from bot.cli.workarounds import workarounds_group
 
     main.add_command(lint_command)
     main.add_command(audit_command)

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from bot.cli.json_output import emit_json, json_flag
 from bot.errors import UsageProblem, report_errors
-from bot.run.runner import BACKENDS
+from bot.outcome import BACKENDS
 from bot.sweep.catalogue import GENERATION_MAPPINGS, enumerate_model_classes, generation_classes
 from bot.sweep.causes import DEFAULT_CAUSES, Cause, CausesError, explain, load_causes
 from bot.sweep.isolation import SweepError, SweepSettings, run_sweep

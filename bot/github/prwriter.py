@@ -14,7 +14,7 @@ functions return, so a dry run and a real run compute exactly the same diff, bod
   machine-readable block (``<!-- exportbot:entry {...} -->``) that :func:`parse_pr_body` reads back.
   The PR body is the bot's only memory of what it proposed ("repository as database").
 * :func:`workaround_changes` deletes the registered workarounds an audit (``--workarounds``) found
-  removable from *copies* of their source files (bot.github.workaround_removal: a syntax-tree cut that keeps
+  removable from *copies* of their source files (bot.audit.workaround_removal: a syntax-tree cut that keeps
   every other byte); one that cannot go on its own stays in the PR as "delete by hand", with evidence.
 """
 
@@ -34,10 +34,10 @@ from typing import Any
 import tomlkit
 
 from bot.audit.pins import BACKEND_STACK, normalize_name, stack_of
+from bot.audit.plan import scope_modes
 from bot.audit.verdict import NOT_DUE, REMOVAL_VERDICTS, UNKNOWN, first_error_line
-from bot.github.workaround_removal import NotSelfContained, remove_workaround_text
-from bot.run.reruns import scope_modes
-from bot.run.runner import PASS
+from bot.audit.workaround_removal import NotSelfContained, remove_workaround_text
+from bot.outcome import PASS
 from exporters.ledger import SCOPES, Ledger, LedgerEntry, load_ledger, remove_entry
 
 PR_MARKER = "<!-- exportbot:shrink-pr -->"

@@ -22,15 +22,13 @@ issue search for the dashboard's visible signature line.
 from __future__ import annotations
 
 import base64
-import functools
 import json
 import math
 import re
 import time
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import requests
 from github import Github, GithubException, InputGitTreeElement
@@ -43,10 +41,8 @@ from github.Repository import Repository
 from bot.config import BotConfig, ConfigError
 from bot.github.dashboard import DASHBOARD_MARKER, DASHBOARD_SIGNATURE
 from bot.github.prwriter import PR_MARKER, Proposal, parse_pr_body, read_trailers
+from bot.github.shrink_plan import PullInfo, RepoState, ShrinkOutcome, ShrinkPlan, Tip
 from bot.github.tracker import _rate_limit_wait
-
-if TYPE_CHECKING:
-    from bot.github.shrink import ShrinkOutcome, ShrinkPlan
 
 T = TypeVar("T")
 RATE_LIMIT_TRIES = 3
@@ -92,45 +88,6 @@ class ShrinkStopped(Exception):
         """The one line a maintainer reads: the step, the answer, what was written, what to do."""
         written = ", ".join(self.done) or "nothing"
         return f"stopped at step '{self.step}': {self.problem}; already written: {written}; {self.advice}"
-
-
-# ── What a run reads ──
-@dataclass(frozen=True)
-class PullInfo:
-    number: int
-    title: str
-    body: str
-    labels: tuple[str, ...]
-    url: str
-    draft: bool = False
-
-    @functools.cached_property
-    def proposals(self) -> list[Proposal]:
-        """What this PR proposes, read back from its body's hidden blocks (once)."""
-        return parse_pr_body(self.body)
-
-
-@dataclass(frozen=True)
-class Tip:
-    """The head branch's last commit: whose it is, the base it recorded, the files a PR may change."""
-
-    sha: str
-    is_bot: bool
-    recorded_base: str | None
-    blobs: Mapping[str, str]  # repository path → blob SHA of the files a PR may change (bot tips only)
-
-
-@dataclass(frozen=True)
-class RepoState:
-    base_sha: str
-    # repository path → text on the base branch of the files a PR may change: the ledger files, the
-    # verification files and the source files of the workarounds the report or the open PR proposes
-    base_files: Mapping[str, str]
-    tip: Tip | None  # None: the head branch does not exist
-    open_pull: PullInfo | None
-    closed: tuple[tuple[int, Proposal], ...]  # (PR number, entry) of PRs closed unmerged
-    comments: tuple[str, ...] = ()  # the open PR's comments, read only when a foreign commit is the tip
-    dashboard_body: str | None = None  # the dashboard issue's body as it stands (None: no dashboard yet)
 
 
 def _message(error: GithubException) -> str:

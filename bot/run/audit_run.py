@@ -15,6 +15,7 @@ from typing import Any
 
 from bot.audit.plan import Plan, Subject, describe_state, entry_subject, plan_entry
 from bot.audit.report import REPORT_SCHEMA, ReportIdentity
+from bot.audit.upstream import RateLimited, UpstreamState, UpstreamTracker
 from bot.audit.verdict import (
     NEEDS_HUMAN,
     NOT_REPRODUCED,
@@ -27,11 +28,10 @@ from bot.audit.verdict import (
     verdict,
 )
 from bot.audit.verification import Verification, exporter_version
-from bot.github.tracker import RateLimited, UpstreamState, UpstreamTracker
-from bot.github.workaround_removal import REPO_ROOT, defining_file, removal_blocker
+from bot.audit.workaround_removal import REPO_ROOT, defining_file, removal_blocker
+from bot.config import DEFAULT_RUNS
 from bot.run.candidate import CandidateCheck
 from bot.run.reruns import (
-    DEFAULT_RUNS,
     DEFAULT_SUPERSESSION_PROBES,
     ProbeRunner,
     RunExport,

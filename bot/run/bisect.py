@@ -27,7 +27,8 @@ How it works:
   on an import or attribute error inside exportbot's own code. Each says so in one line.
 
 The result is written as ``fixed_in`` into a ledger entry (a minimal diff, ``exporters.ledger.set_fixed_in``);
-for a workaround it is reported, for its removal PR to cite.
+for a workaround it is reported, for its removal PR to cite. The command around this search is
+``bot.cli.bisect``.
 """
 
 from __future__ import annotations
@@ -35,25 +36,25 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
 from packaging.version import InvalidVersion, Version
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from bot.audit.pins import PinFileError, find_pin_file, normalize_name, read_pins
+from bot.audit.pins import PinFileError, find_pin_file, normalize_name, read_pins, same_release
 from bot.audit.plan import WORKAROUND, Subject, entry_subject
 from bot.audit.verdict import error_excerpt
 from bot.audit.window import own_incompatibility, unsupported_reason
-from bot.cli.json_output import emit_json, json_file_option, on_stdout
-from bot.cli.options import index_option, pins_option, probes_option, registry_option, venv_cache_option
-from bot.errors import UsageProblem, report_errors
-from bot.run.reruns import DEFAULT_TIMEOUT, RunExport, subprocess_runner
-from bot.run.runner import PASS
+from bot.audit.workaround_index import (
+    WorkaroundIndexError,
+    load_index,
+    probe_subject,
+)
+from bot.config import DEFAULT_TIMEOUT
+from bot.errors import UsageProblem
+from bot.outcome import PASS
+from bot.run.reruns import RunExport, subprocess_runner
 from bot.run.venvs import (
     DEFAULT_CACHE,
     REPO_ROOT,
@@ -63,16 +64,8 @@ from bot.run.venvs import (
     ensure_venv,
     layering_base,
     project_dependencies,
-    same_release,
 )
-from bot.sweep.workaround_index import (
-    DEFAULT_JSON,
-    DEFAULT_PROBE_LIMIT,
-    WorkaroundIndexError,
-    load_index,
-    probe_subject,
-)
-from exporters.ledger import LedgerEntry, default_registry_dir, load_ledger, set_fixed_in
+from exporters.ledger import LedgerEntry, load_ledger
 
 PASSED, FAILED, UNINSTALLABLE, UNSUPPORTED = "pass", "fail", "uninstallable", "unsupported"
 SKIPPED_OUTCOMES = (UNINSTALLABLE, UNSUPPORTED)  # says nothing about the bug: skipped, never a failure
@@ -231,8 +224,8 @@ class ExportProbe:
         return Probe(version, PASSED, f"{len(self.subject.exports)} export(s) pass")
 
 
-# ── Command ──
-def _target_subject(
+# ── The search of a target (I/O) ──
+def target_subject(
     target: str, registry_dir: Path, index_file: Path, probes: int
 ) -> tuple[Subject, LedgerEntry | None]:
     """The subject for a ledger id (with its entry) or a workaround name (with None)."""
@@ -258,70 +251,8 @@ def _target_subject(
     return subject, None
 
 
-def _announced(probe: Callable[[str], Probe], package: str) -> Callable[[str], Probe]:
-    """Each probe says what it does and how it ended, one line each on stderr: a probe takes minutes."""
-
-    def run(version: str) -> Probe:
-        click.echo(f"{package} {version}: preparing its environment and exporting ...", err=True)
-        result = probe(version)
-        click.echo(f"{package} {version}: {result.outcome}: {result.detail.splitlines()[0][:200] if result.detail else ''}",
-                   err=True)  # fmt: skip
-        return result
-
-    return run
-
-
-def render_result(result: BisectResult, package: str, pinned: str) -> Table:
-    table = Table(title=f"bisect of {package} after {pinned}")
-    for column in ("version", "outcome", "detail"):
-        table.add_column(column, overflow="fold")
-    for probe in result.probes:
-        table.add_row(probe.version, probe.outcome, escape(probe.detail))
-    return table
-
-
-@click.command("bisect")
-@click.argument("target")
-@click.option(
-    "--dependency",
-    "package",
-    default=None,
-    metavar="PKG",
-    help="Package whose releases to search [default: the target's dependency].",
-)
-@registry_option
-@pins_option
-@index_option(DEFAULT_JSON, "Workaround index (for a workaround's probes).")
-@probes_option(DEFAULT_PROBE_LIMIT, "Exports probed per version for a workaround.")
-@venv_cache_option
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=1),
-    default=DEFAULT_TIMEOUT,
-    show_default=True,
-    help="Seconds before one export is killed.",
-)
-@click.option("--dry-run", is_flag=True, help="List the candidate versions and exports; install nothing.")
-@click.option("--no-write", is_flag=True, help="Do not write fixed_in into the ledger entry.")
-@json_file_option("the result (candidates, probes, first passing release)",
-                  'docs/audit-report.md, "exportbot bisect --json"')
-@report_errors
-def bisect_command(
-    target: str, package: str | None, registry_dir: Path | None, pin_file: Path | None, index_file: Path,
-    probes: int, cache_dir: Path | None, timeout: float, dry_run: bool, no_write: bool, json_file: Path | None,
-) -> None:  # fmt: skip
-    """Find the first release of PKG in which TARGET (ledger entry id or workaround name) is not needed.
-
-    \b
-    Example:
-      exportbot bisect _fix_reshape_of_strided --dependency torch --dry-run
-      exportbot bisect t5-cast-folding --dependency onnxscript
-    """
-    registry_dir = registry_dir or default_registry_dir()
-    subject, entry = _target_subject(target, registry_dir, index_file, probes)
-    package = package or subject.dependency
-    if not package:
-        raise UsageProblem(f"{target!r} names no dependency; pass --dependency PKG")
+def pinned_and_newer(package: str, registry_dir: Path, pin_file: Path | None) -> tuple[Path, str, list[str]]:
+    """(the pin file, PKG's pinned version, the released versions newer than it)."""
     pin_path = pin_file or find_pin_file(registry_dir)
     try:
         pinned = read_pins(pin_path)[normalize_name(package)]
@@ -329,34 +260,18 @@ def bisect_command(
         raise UsageProblem(f"{pin_path} pins no version of {package}") from None
     except PinFileError as error:
         raise UsageProblem(str(error)) from None
-    candidates = newer_versions(released_versions(package), pinned)
-    err = on_stdout(json_file)  # --json -: the JSON is the result; every line and table goes to stderr
-    exports = ", ".join(f"{e.model} {e.backend}/{e.mode}" for e in subject.exports)
-    click.echo(f"{target}: {package} {pinned} (pinned) → {len(candidates)} newer release(s): "
-               f"{', '.join(candidates) or 'none'}\nexports per version: {exports}", err=err)  # fmt: skip
-    data = bisect_json(target, subject, package, pinned, candidates, dry_run=dry_run)
-    if dry_run or not candidates:
-        if json_file is not None:
-            emit_json(data, json_file)
-        return
+    return pin_path, pinned, newer_versions(released_versions(package), pinned)
+
+
+def probe_releases(subject: Subject, package: str, pin_path: Path, candidates: Sequence[str], cache_dir: Path | None,
+                   timeout: float, registry_dir: Path,
+                   announce: Callable[[Callable[[str], Probe]], Callable[[str], Probe]]) -> tuple[BisectResult, list]:  # fmt: skip
+    """Probe ``candidates`` (each in its own environment) until the first passing one; (the result, every
+    export outcome the probes saw). ``announce`` wraps each probe (the command prints a line per probe)."""
     text = pin_path.read_text(encoding="utf-8")
     probe = ExportProbe(subject, package, text, cache_dir or DEFAULT_CACHE, timeout,
                         base=layering_base(read_pins(pin_path), package), registry=registry_dir)  # fmt: skip
-    result = first_passing(candidates, _announced(probe, package))
-    Console(stderr=err).print(render_result(result, package, pinned))
-    data |= asdict(result) | {"outcomes": probe.seen}
-    if result.first_passing is None:
-        click.echo(f"{target}: still needed at every installable release up to {candidates[-1]}.", err=err)
-    else:
-        spec = data["fixed_in"] = f"{package}>={result.first_passing}"
-        maybe = f" (or one of the uninstallable {', '.join(result.untested)})" if result.untested else ""
-        click.echo(f"{target}: first passing release {result.first_passing}{maybe}: fixed_in = {spec!r}", err=err)
-        if entry is not None and not no_write:
-            set_fixed_in(entry.path, entry.id, spec)
-            data["written_to"] = str(entry.path)
-            click.echo(f"wrote fixed_in = {spec!r} to {entry.path} [{entry.id}]", err=err)
-    if json_file is not None:
-        emit_json(data, json_file)
+    return first_passing(candidates, announce(probe)), probe.seen
 
 
 def bisect_json(target: str, subject: Subject, package: str, pinned: str, candidates: Sequence[str], *,

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.audit.pins import normalize_name
+from bot.audit.pins import normalize_name, same_release
 from bot.audit.plan import Export, parse_candidate
 from bot.audit.regression_sample import (
     ReproducerSource,
@@ -46,8 +46,8 @@ from bot.audit.regression_sample import (
 from bot.audit.verdict import error_excerpt, evidence_of
 from bot.audit.window import own_incompatibility, unsupported_reason
 from bot.errors import UsageProblem
+from bot.outcome import PASS
 from bot.run.reruns import RunExport, subprocess_runner
-from bot.run.runner import PASS
 from bot.run.venvs import (
     DEFAULT_CACHE,
     REPO_ROOT,
@@ -57,7 +57,6 @@ from bot.run.venvs import (
     ensure_venv,
     layering_base,
     project_dependencies,
-    same_release,
 )
 from bot.sweep.results import ResultsError, read_results
 from exporters.ledger import Ledger, default_registry_dir, load_ledger

@@ -1,9 +1,13 @@
-"""Outcome records of generation exports: the audit's re-run of a ``generate`` entry and the sweep's
-generation task (``sweep run --task text-generation``), both as ``ExportOutcome`` like any other export.
+"""Generation bundles, exported and described: the model built, its components exported and validated, and
+the outcome as an ``ExportOutcome`` like any other export.
 
-The audit's re-run of a ``generate``-scope ledger entry is a generation export, not a single-graph one.
+``export_generation`` builds the model (a class name built tiny and random, or a local checkpoint), exports
+its ``prefill`` and ``decode`` components (exporters.generation.export), validates the written bundle token
+for token against eager, and publishes it; ``rebuild_source`` rebuilds the model a bundle came from (the
+``source`` its manifest records) for ``exportbot generate``'s comparison.
 
-A ``generate`` entry says a class's *generation* export fails (prefill + decode with a KV cache, or the
+The audit's re-run of a ``generate``-scope ledger entry is a generation export, not a single-graph one. A
+``generate`` entry says a class's *generation* export fails (prefill + decode with a KV cache, or the
 token-for-token check); a plain dynamic export of the same class may well pass, so it is no evidence that
 the entry can go. The audit's re-run child is ``exportbot export CLASS --backend B --dynamic --repro ID``
 (bot.run.reruns) for every entry; when entry ID has scope ``generate``, the export command hands it here, so
@@ -11,20 +15,19 @@ the entry can go. The audit's re-run child is ``exportbot export CLASS --backend
 ``export_for_generation`` without the ledger (the entry's gate off, recorded in ``workaround_off``) on the
 entry's reproducer (its ``config`` overrides and ``seed``), validates the written bundle (both components at
 two shapes, ``generate()`` token for token against eager) and records it as an ``ExportOutcome``: the same
-record, verdict rules and report as any other re-run.
+record, verdict rules and report as any other re-run. The sweep's generation task (``sweep run --task
+text-generation``) records its exports the same way.
 """
 
 from __future__ import annotations
 
-import sys
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
 
-import click
-
-from bot.errors import EXIT_FAILED, UsageProblem
-from bot.run.runner import BUILD_ERROR, FAILED, ExportOutcome
+from bot.errors import UsageProblem
+from bot.outcome import BUILD_ERROR, FAILED, SKIPPED, ExportOutcome
 from exporters.ledger import LedgerEntry, LedgerError, load_ledger
 
 GENERATE_SCOPE = "generate"
@@ -43,8 +46,6 @@ def generation_outcome(model_class: str, backend: str, out_dir: Path, seed: int 
                        overrides: dict[str, Any] | None = None, without: tuple[str, ...] = ()) -> ExportOutcome:
     """Export ``model_class`` for generation without the ledger, validated token for token; never raises for a
     failed export (the failure is the outcome: its cause, stage, traceback tail and reproducing command)."""
-    from bot.cli.generate import NotForGeneration, export_generation
-    from bot.run.runner import SKIPPED
     from exporters.base import package_versions
     from exporters.ledger import default_registry_dir
     from exporters.stages import stage_events
@@ -148,8 +149,6 @@ def sweep_generation_outcome(model_class: str, backend: str, ignore_ledger: list
     a scratch bundle, unless a ledger entry gates it (``skipped``, as the sweep records any gated export)."""
     import tempfile
 
-    from bot.run.runner import SKIPPED
-
     entry = load_ledger().skip(model_class, backend, dynamic=True, generate=True)
     if entry is not None and not {"all", entry.id} & set(ignore_ledger):
         outcome = ExportOutcome(model_class, backend, True, SKIPPED, 0.0, ledger_entry=entry.id,
@@ -171,7 +170,6 @@ def sweep_generation_outcome(model_class: str, backend: str, ignore_ledger: list
 def lively_build(model_class: str) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
     """The sweep's build of ``model_class`` for its generation task: the first of the tiny builder's tries
     (exporters.tiny.generation.ATTEMPTS) whose eager greedy path is not one token forever, and every try."""
-    from bot.cli.generate import build_generation_model
     from exporters.tiny.generation import lively_attempt
 
     def build(seed: int, overrides: dict[str, Any]) -> Any:
@@ -183,20 +181,169 @@ def lively_build(model_class: str) -> tuple[int, dict[str, Any], list[dict[str, 
     return seed, overrides, tries
 
 
-def rerun_generation_command(entry: LedgerEntry, model: str, backend: str, out_dir: Path | None,
-                             outcome_json: Path | None, as_json: bool, seed: int,
-                             without: tuple[str, ...] = ()) -> None:
-    """``exportbot export CLASS --repro ID`` for a generate entry: the outcome record, exit 1 unless it passed."""
-    from bot.cli.json_output import emit_json
+# Tasks whose export is a generation bundle, and the kind of model each needs.
+GENERATION_TASKS = {
+    "text-generation": "decoder-only",
+    "text2text-generation": "encoder-decoder",
+    "automatic-speech-recognition": "encoder-decoder",
+}
 
-    out_dir = out_dir or Path("out") / f"{model}-{backend}-generation"
-    outcome = rerun_generation(entry, model, backend, out_dir, seed, without)
-    if outcome_json is not None:
-        emit_json(outcome.as_dict(), outcome_json)
-    if as_json:
-        emit_json(outcome.as_dict())
-    else:
-        click.echo(f"{model} → {backend} (generation, reproducer of {entry.id}, its gate off): {outcome.status}"
-                   + (f": {outcome.error.splitlines()[0]}" if outcome.error else ""))
-    if outcome.status != "pass":
-        sys.exit(EXIT_FAILED)
+
+def generation_class(model: str, task: str | None) -> str | None:
+    """The class a generation export of MODEL builds for TASK, or None when it is no generation export: the
+    task is not a generation task, or it maps MODEL to a head that does not generate (Wav2Vec2's CTC for
+    automatic-speech-recognition), which the ordinary single-graph export handles."""
+    if task not in GENERATION_TASKS:
+        return None
+    import json
+
+    from exporters.export_options import OptionError, class_for_task, resolve_class_name
+    from exporters.tiny import TinyModelError, model_class
+
+    path = Path(model)
+    try:
+        if path.is_dir():  # architectures[0], or (a config without it) the task's head
+            name = (json.loads((path / "config.json").read_text()).get("architectures") or [""])[0]
+            name = name or resolve_class_name(model, task)
+        else:
+            name = model
+        cls = model_class(name)
+        if not cls.can_generate():
+            cls = model_class(class_for_task(cls.config_class, task))
+    except (TinyModelError, OptionError, OSError, ValueError):
+        return None
+    return cls.__name__ if cls.can_generate() else None
+
+
+class NotForGeneration(UsageProblem):
+    """The model keeps no KV cache that prefill + decode components can carry (exporters.generation.support):
+    one line naming why; the sweep records it as ``skipped`` with that reason, the CLI exits 2."""
+
+
+class LedgerSkip(Exception):
+    """An EXPORT_SKIPS entry gates this generation export."""
+
+    def __init__(self, entry: Any):
+        super().__init__(f"skipped by ledger entry {entry.id!r}: {entry.reason}")
+        self.entry = entry
+
+
+def build_generation_model(model: str, seed: int, task: str | None = None,
+                           overrides: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    """The eager model for a generation export and the ``source`` record that rebuilds it later."""
+    from exporters.export_options import OptionError, load_checkpoint
+    from exporters.generation.components import generation_kind
+    from exporters.generation.support import unsupported_reason
+    from exporters.tiny import TinyModelError, build_tiny, model_class
+    from exporters.tiny.generation import generation_overrides
+
+    path = Path(model)
+    try:
+        if path.is_dir():  # as `export` loads it: its weights, else random from its config; the task's head
+            name = generation_class(model, task or "text-generation")
+            if name is None:
+                raise UsageProblem(f"{model}: no generating head for its config; choose one with --task "
+                                   f"{' or '.join(GENERATION_TASKS)}")
+            built, _ = load_checkpoint(model, name, seed)
+            source = {"checkpoint": str(path.resolve()), "seed": seed, "task": task}
+        else:  # the generation knobs first (is_decoder on encoder-style configs); explicit overrides win
+            overrides = {**generation_overrides(model_class(model).config_class()), **(overrides or {})}
+            built = build_tiny(model, seed, overrides=overrides).model
+            source = {"tiny": model, "seed": seed, "overrides": overrides}
+    except (TinyModelError, OptionError) as error:
+        raise UsageProblem(str(error)) from None
+    try:
+        kind = generation_kind(built)
+    except ValueError as error:
+        raise UsageProblem(f"{model}: {error}") from None
+    if task is not None and GENERATION_TASKS.get(task) not in (None, kind):
+        raise UsageProblem(f"{model} is {kind}; --task {task} needs an {GENERATION_TASKS[task]} model")
+    reason = unsupported_reason(built)
+    if reason is not None:
+        raise NotForGeneration(reason)
+    fill_decoder_start(built)
+    return built, source
+
+
+def fill_decoder_start(model: Any) -> None:
+    """Give an encoder-decoder model without ``decoder_start_token_id`` its pad token as the start token.
+
+    T5's config class has no such field (its checkpoints set ``decoder_start_token_id: 0``, the pad id, in
+    config.json), so a T5 built from its config class cannot ``generate()`` at all; this is what T5 means.
+    """
+    generation, config = model.generation_config, model.config
+    missing = generation.decoder_start_token_id is None and getattr(config, "decoder_start_token_id", None) is None
+    if config.is_encoder_decoder and missing and config.pad_token_id is not None:
+        generation.decoder_start_token_id = config.pad_token_id
+
+
+def rebuild_source(source: dict[str, Any]) -> Any:
+    """The eager model a bundle's ``generation.source`` names."""
+    if "tiny" in source:
+        model, _ = build_generation_model(source["tiny"], source.get("seed", 0), overrides=source.get("overrides"))
+        return model
+    if "checkpoint" in source:
+        model, _ = build_generation_model(source["checkpoint"], source.get("seed", 0), source.get("task"))
+        return model
+    raise UsageProblem("the bundle records no source model to compare with (use --no-compare)")
+
+
+def make_generation_exporter(backend: str, et_backend: str = "xnnpack", optimize: bool = True,
+                             without: tuple[str, ...] = ()) -> Any:
+    if backend == "onnx":
+        from exporters.onnx.exporter import OnnxConfig, OnnxExporter
+
+        return OnnxExporter(OnnxConfig(optimize=optimize, without=frozenset(without)))
+    if backend == "executorch":
+        from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
+
+        return ExecutorchExporter(ExecutorchConfig(backend=et_backend, without=frozenset(without)))
+    from exporters.dynamo.exporter import DynamoConfig, DynamoExporter
+
+    return DynamoExporter(DynamoConfig(without=frozenset(without)))
+
+
+def export_generation(model: str, backend: str, out_dir: Path, task: str | None = None, seed: int = 0,
+                      max_cache_len: int = 64, batch_size: int = 2, prompt_length: int = 8, new_tokens: int = 16,
+                      et_backend: str = "xnnpack", optimize: bool = True, without: tuple[str, ...] = (),
+                      overrides: dict[str, Any] | None = None, ignore_ledger: bool = False,
+                      stages: Any = None) -> Any:
+    """Export, validate from the written files, publish: the ``export --task <generation task>`` path.
+
+    Raises ``LedgerSkip`` when an EXPORT_SKIPS entry gates this class's generation export on ``backend``
+    (scopes ``all``, ``dynamic``, ``generate``), unless ``ignore_ledger``. ``stages`` (an
+    ``exporters.stages.StageTracker``) is told the steps of our own, so a failure record names the one that
+    raised (``building model``, ``exporting components``, ``validating``) where no torch stage did.
+    """
+    from exporters.generation.components import GenerationExportConfig, sample_prompts
+    from exporters.generation.export import export_for_generation
+    from exporters.generation.support import GenerationUnsupported
+    from exporters.validation import ValidationError
+
+    def stage(name: str) -> Any:
+        return stages.stage(name) if stages is not None else contextlib.nullcontext()
+
+    with stage("building model"):
+        built, source = build_generation_model(model, seed, task, overrides)
+    if not ignore_ledger:
+        from exporters.ledger import load_ledger
+
+        entry = load_ledger().skip(type(built).__name__, backend, dynamic=True, generate=True)
+        if entry is not None:
+            raise LedgerSkip(entry)
+    if prompt_length + new_tokens > max_cache_len:
+        raise UsageProblem(f"--sequence-length {prompt_length} + {new_tokens} new tokens exceed max_cache_len "
+                           f"{max_cache_len}")
+    with stage("building model"):
+        inputs = sample_prompts(built, batch=batch_size, prompt_length=prompt_length, seed=seed)
+    exporter = make_generation_exporter(backend, et_backend, optimize, without)
+    with stage("exporting components"):
+        try:
+            export = export_for_generation(exporter, built, inputs,
+                                           GenerationExportConfig(max_cache_len=max_cache_len), new_tokens=new_tokens)
+        except GenerationUnsupported as error:  # found at the first eager prefill (no cache returned)
+            raise NotForGeneration(str(error)) from None
+    export.layout["source"] = source
+    with stage("validating"), contextlib.suppress(ValidationError):  # reported from export.status / problems
+        export.save(out_dir)
+    return export

@@ -32,25 +32,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bot.config import DEFAULT_RUNS, DEFAULT_TIMEOUT
+
 if TYPE_CHECKING:
     from bot.audit.plan import Subject
 
 TIMEOUT = "timeout"
-DEFAULT_RUNS = 2
-DEFAULT_TIMEOUT = 600.0
-
 RunExport = Callable[[str, str, bool], dict[str, Any]]
 ProbeRunner = Callable[[str], RunExport]  # workaround name → a runner exporting without only that one
 # (entry id, workarounds to disable) → a runner exporting the entry's reproducer without those too
 SupersessionRunner = Callable[[str, Sequence[str]], RunExport]
 DEFAULT_SUPERSESSION_PROBES = 6  # probes per entry; each is one export (Flint's proof takes 2 per mode)
-
-
-def scope_modes(scope: str) -> list[bool]:
-    """The ``dynamic`` flags an entry's scope covers: ``all`` → static and dynamic."""
-    # generate: one dynamic re-run, which the child's `export --repro ID` makes a generation export
-    # (bot/run/generation.py), never a plain dynamic export that would be the wrong evidence.
-    return {"all": [False, True], "static": [False], "dynamic": [True], "generate": [True]}[scope]
 
 
 def subprocess_runner(

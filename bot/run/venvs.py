@@ -29,9 +29,7 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
-from bot.audit.pins import normalize_name
+from bot.audit.pins import normalize_name, same_release
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CACHE = REPO_ROOT / ".exportbot-cache" / "venvs"
@@ -121,14 +119,6 @@ def site_packages(python: Path | str = sys.executable) -> Path:
         capture_output=True, text=True, check=True, timeout=120,
     )  # fmt: skip
     return Path(done.stdout.strip())
-
-
-def same_release(installed: str, version: str) -> bool:
-    """``2.14.0+cpu`` is release ``2.14.0``; ``not installed`` is no release."""
-    try:
-        return Version(installed).public == Version(version).public
-    except InvalidVersion:
-        return False
 
 
 def layering_base(pins: Mapping[str, str], moved: str) -> Path | None:

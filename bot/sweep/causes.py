@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.run.runner import PASS, SKIPPED
+from bot.outcome import PASS, SKIPPED
 from bot.sweep.triage import failure_signature
 
 DEFAULT_CAUSES = Path("sweeps/causes.toml")

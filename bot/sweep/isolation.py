@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bot.audit.verification import exporter_version
-from bot.run.runner import PASS, SKIPPED, ExportOutcome
+from bot.outcome import PASS, SKIPPED, ExportOutcome
 from bot.sweep.records import CRASHED, SCHEMA, TIMEOUT, classify_against_entry, ignored_entry
 from bot.sweep.tasks import Task
 from bot.sweep.triage import signal_name

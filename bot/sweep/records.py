@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from bot.run.runner import BUILD_ERROR, FAILED, INCONCLUSIVE, MISMATCH, NONDETERMINISTIC, PASS, SKIPPED
+from bot.outcome import BUILD_ERROR, FAILED, INCONCLUSIVE, MISMATCH, NONDETERMINISTIC, PASS, SKIPPED
 from bot.sweep.tasks import Key, Task
 
 if TYPE_CHECKING:

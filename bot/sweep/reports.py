@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.run.runner import BUILD_ERROR, PASS
+from bot.outcome import BUILD_ERROR, PASS
 from bot.sweep.causes import Cause, explain
 from bot.sweep.records import SCHEMA, STATUSES, merge_records
 from bot.sweep.tasks import GENERATE

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from bot.run.runner import PASS, SKIPPED
+from bot.outcome import PASS, SKIPPED
 from bot.sweep.reports import summarize, summary_statuses
 from bot.sweep.tasks import Task
 from bot.sweep.triage import triage

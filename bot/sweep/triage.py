@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.run.runner import PASS, SKIPPED
+from bot.outcome import PASS, SKIPPED
 from bot.sweep.records import CRASHED, TIMEOUT, record_key
 from bot.sweep.tasks import Key
 

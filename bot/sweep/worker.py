@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from bot.audit.verification import exporter_version
-from bot.run.runner import ExportRequest, export_one
+from bot.outcome import ExportRequest
+from bot.run.runner import export_one
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # children inherit it: a sweep never reaches the hub
 
@@ -100,7 +101,7 @@ def preload(backends: Iterable[str]) -> None:
     for backend in backends:
         # A backend whose exporter cannot be imported is reported by each of its exports, as a failure.
         with contextlib.suppress(ImportError):
-            importlib.import_module(f"exporters.exporter_{backend}")
+            importlib.import_module(f"exporters.{backend}.exporter")
     _loaded_exporters = exporter_version()
 
 

@@ -13,8 +13,8 @@ Probes: a workaround that fired in hundreds of exports is re-run in at most ``DE
 nothing about this workaround): first one per (backend, mode) pair, then one per class, alphabetically,
 so the few re-runs spread over backends, shape modes and model families.
 
-The pure part (building, rendering, reading, selecting) takes plain data; the click group at the end does
-the I/O. ``workarounds_group`` is wired into ``bot.cli.main`` as ``exportbot workarounds``.
+Building, rendering and selecting take plain data; ``load_index`` reads the JSON twin. The commands
+(``exportbot workarounds index`` and ``remove``) are ``bot.cli.workarounds``.
 """
 
 from __future__ import annotations
@@ -26,12 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
-from rich.console import Console
-
 from bot.audit.plan import Export, Subject, workaround_subject
-from bot.errors import EXIT_FAILED, UsageProblem, report_errors
-from bot.run.runner import PASS
+from bot.outcome import PASS
 from exporters.utils import Workaround
 
 INDEX_SCHEMA = 1
@@ -39,7 +35,7 @@ DEFAULT_PROBE_LIMIT = 3  # exports re-run per workaround by `audit --workarounds
 DOCS_DIR = Path(__file__).resolve().parents[2] / "docs"
 DEFAULT_MARKDOWN = DOCS_DIR / "workaround-index.md"
 DEFAULT_JSON = DOCS_DIR / "workaround-index.json"
-_METADATA = ("kind", "backend", "upstream", "dependency")
+INDEX_METADATA = ("kind", "backend", "upstream", "dependency")
 
 
 class WorkaroundIndexError(ValueError):
@@ -98,7 +94,7 @@ class WorkaroundIndex:
                 {
                     "name": row.name,
                     "registered": row.metadata is not None,
-                    **{key: (row.metadata or {}).get(key) for key in _METADATA},
+                    **{key: (row.metadata or {}).get(key) for key in INDEX_METADATA},
                     "exports": [asdict(e) for e in row.exports],
                 }
                 for row in self.rows
@@ -181,7 +177,7 @@ def index_from_dict(data: Any, source: str) -> WorkaroundIndex:
             IndexRow(
                 row["name"],
                 tuple(FiredExport(**e) for e in row["exports"]),
-                {key: row.get(key) for key in _METADATA} if row.get("registered") else None,
+                {key: row.get(key) for key in INDEX_METADATA} if row.get("registered") else None,
             )
             for row in data["workarounds"]
         )
@@ -227,7 +223,7 @@ def render_markdown(index: WorkaroundIndex, command: str, limit: int = DEFAULT_P
         "",
         "*fired in*: exports (class × backend × mode) in which the workaround took effect; *passing*: those "
         f"that passed with it. *probes*: the passing exports `exportbot audit --workarounds` re-runs without "
-        f"it (at most {limit}, see bot/sweep/workaround_index.py).",
+        f"it (at most {limit}, see bot/audit/workaround_index.py).",
         "",
         *(["Removed from the source since these records were made (fired in that many exports): "
            + ", ".join(f"`{name}` ({count})" for name, count in index.removed.items()) + ".", ""]
@@ -252,87 +248,3 @@ def render_markdown(index: WorkaroundIndex, command: str, limit: int = DEFAULT_P
         lines += ["| class | backend | mode | status | hits |", "| --- | --- | --- | --- | --- |"]
         lines += [f"| {e.model} | {e.backend} | {e.mode} | {e.status} | {e.hits} |" for e in row.exports]
     return "\n".join(lines) + "\n"
-
-
-# ── Commands ──
-def registered_metadata() -> dict[str, dict[str, Any]]:
-    """Name → metadata of every registered workaround (imports every exporter: seconds)."""
-    from exporters import load_all_workarounds
-    from exporters.utils import all_workarounds
-
-    load_all_workarounds()
-    return {w.name: {key: w.as_dict()[key] for key in _METADATA} for w in all_workarounds()}
-
-
-@click.group("workarounds", context_settings={"help_option_names": ["-h", "--help"]})
-def workarounds_group() -> None:
-    """Registered workarounds: where they fire, and deleting one that is no longer needed."""
-
-
-@workarounds_group.command("index")
-@click.argument(
-    "results", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True, path_type=Path)
-)
-@click.option(
-    "--out", "markdown_file", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_MARKDOWN,
-    show_default=True, help="The Markdown page; its JSON twin is written next to it with a .json suffix.",
-)  # fmt: skip
-@report_errors
-def index_command(results: tuple[Path, ...], markdown_file: Path) -> None:
-    """Index RESULTS (sweep JSON Lines files; later records of one export win) by workaround.
-
-    \b
-    Example:
-      exportbot workarounds index sweeps/onnx.jsonl sweeps/dynamo.jsonl --out docs/workaround-index.md
-    """
-    from bot.sweep.records import merge_records
-    from bot.sweep.results import ResultsError, read_results
-
-    try:
-        records = merge_records(record for path in results for record in read_results(path))
-    except ResultsError as error:
-        raise UsageProblem(str(error)) from None
-    index = build_index(records, registered_metadata(), [str(p) for p in results])
-    shown = " ".join(str(p) for p in results)
-    command = f"exportbot workarounds index {shown} --out {markdown_file}"
-    markdown_file.parent.mkdir(parents=True, exist_ok=True)
-    markdown_file.write_text(render_markdown(index, command), encoding="utf-8")
-    json_file = markdown_file.with_suffix(".json")
-    json_file.write_text(dump_index(index), encoding="utf-8")
-    never = [row.name for row in index.rows if not row.exports]
-    click.echo(
-        f"{len(index.rows)} workarounds from {len(records)} exports → {markdown_file}, {json_file}"
-        + (f"; never fired: {', '.join(never)}" if never else "")
-    )
-
-
-@workarounds_group.command("remove")
-@click.argument("name")
-@click.option("--dry-run", is_flag=True, help="Only say whether it can be removed; change nothing.")
-@report_errors
-def remove_command(name: str, dry_run: bool) -> None:
-    """Delete workaround NAME (its function and registration) from its source file.
-
-    Refuses (exit 1, saying where) when it is not self-contained: referenced anywhere else in its module
-    or by name in another Python file of this repository (exporters/, bot/, tests/).
-    """
-    from bot.github.workaround_removal import (
-        NotSelfContained,
-        defining_file,
-        other_files,
-        remove_workaround_source,
-    )
-    from exporters import load_all_workarounds
-    from exporters.utils import all_workarounds
-
-    load_all_workarounds()
-    workaround = next((w for w in all_workarounds() if w.name == name), None)
-    if workaround is None:
-        raise UsageProblem(f"no workaround named {name!r}; see `exportbot list-workarounds`")
-    source = defining_file(workaround.func)
-    try:
-        remove_workaround_source(source, name, elsewhere=other_files(source), write=not dry_run)
-    except NotSelfContained as error:
-        Console(stderr=True).print(f"[red]not removable from source[/red]: {error}")
-        raise SystemExit(EXIT_FAILED) from None
-    click.echo(f"{name}: {'can be removed from' if dry_run else 'removed from'} {source}")
