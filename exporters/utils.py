@@ -14,8 +14,8 @@ live here (the ONNX translations and IR fixes register through the same record i
   means it changed the program.
 
 Every registration carries lifecycle metadata (``upstream=`` issue URL, ``dependency=`` pip package whose
-release should carry the fix) so the bot can tell when a workaround may go. ``grep -n "@register_"`` finds
-every one of them.
+release should carry the fix) so the bot can tell when a workaround may go. ``grep -rn "@register_" exporters/``
+finds every one of them.
 
 Unlike transformers' reference registry, a patch path that does not resolve is an error naming the
 workaround and the path: a renamed class must not silently turn a workaround into a no-op. Declare

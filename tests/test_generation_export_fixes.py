@@ -55,10 +55,10 @@ def _failing_export(**kwargs):
 def test_a_raised_generation_failure_keeps_traceback_stage_and_a_reproducing_command(monkeypatch, tmp_path):
     import json
 
-    import bot.cli.generate
+    import bot.run.generation
     from bot.run.generation import generation_outcome
 
-    monkeypatch.setattr(bot.cli.generate, "export_generation", lambda *args, **kwargs: _failing_export(**kwargs))
+    monkeypatch.setattr(bot.run.generation, "export_generation", lambda *args, **kwargs: _failing_export(**kwargs))
     outcome = generation_outcome("LlamaForCausalLM", "onnx", tmp_path / "bundle")
     assert outcome.status == "failed" and outcome.error_type == "GenerationExportError"
     assert "rotary_helper" in outcome.traceback_tail  # the cause's frames, not the wrapper's re-raise
@@ -74,7 +74,7 @@ def test_a_raised_generation_failure_keeps_traceback_stage_and_a_reproducing_com
 def test_a_generation_build_failure_and_a_mismatch_name_their_stage(monkeypatch, tmp_path):
     import types
 
-    import bot.cli.generate
+    import bot.run.generation
     from bot.errors import UsageProblem
     from bot.run.generation import generation_outcome
 
@@ -82,7 +82,7 @@ def test_a_generation_build_failure_and_a_mismatch_name_their_stage(monkeypatch,
         with kwargs["stages"].stage("building model"):
             raise UsageProblem("T5ForConditionalGeneration: no decoder_start_token_id")
 
-    monkeypatch.setattr(bot.cli.generate, "export_generation", unbuildable)
+    monkeypatch.setattr(bot.run.generation, "export_generation", unbuildable)
     built = generation_outcome("T5ForConditionalGeneration", "onnx", tmp_path / "t5")
     assert (built.status, built.failed_stage) == ("build-error", "building model")
     assert built.traceback_tail and "unbuildable" in built.traceback_tail
@@ -90,7 +90,7 @@ def test_a_generation_build_failure_and_a_mismatch_name_their_stage(monkeypatch,
 
     mismatch = types.SimpleNamespace(status="mismatch", results={}, check=None,
                                      problems=lambda: ["generate: first differing token at step 5, row 1"])
-    monkeypatch.setattr(bot.cli.generate, "export_generation", lambda *args, **kwargs: mismatch)
+    monkeypatch.setattr(bot.run.generation, "export_generation", lambda *args, **kwargs: mismatch)
     off = generation_outcome("GitForCausalLM", "onnx", tmp_path / "git")
     assert (off.status, off.failed_stage) == ("mismatch", "validating")
     assert off.hint.startswith("reproduce: exportbot export GitForCausalLM --task text-generation")

@@ -232,7 +232,7 @@ def test_audit_cli_workarounds_without_indexed_exports_is_unknown(tmp_path, fake
 # ── Removal from source ──
 def test_removal_from_the_onnx_exporter_keeps_every_other_byte(tmp_path):
     copy = tmp_path / "exporter_onnx.py"
-    original = (ROOT / "exporters" / "exporter_onnx.py").read_text()
+    original = (ROOT / "exporters" / "onnx" / "exporter.py").read_text()
     copy.write_text(original)
     edited = remove_workaround_source(copy, RESHAPE_FIX, write=False)
     lines = original.splitlines(keepends=True)

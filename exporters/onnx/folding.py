@@ -2,7 +2,7 @@
 
 Registered with ``register_patch("onnx", ...)`` like the torch patches in ``exporters.onnx.exporter``, which
 imports this module, so importing the exporter installs them for every ONNX export
-(``grep -n "^def _patch_"`` over ``exporters/*.py`` lists them all).
+(``grep -rn "^def _patch_" exporters/`` lists them all).
 """
 
 from __future__ import annotations
