@@ -279,7 +279,7 @@ def workarounds_group() -> None:
 )  # fmt: skip
 @report_errors
 def index_command(results: tuple[Path, ...], markdown_file: Path) -> None:
-    """Index RESULTS (sweep JSON Lines files; later records of one export win) by workaround.
+    """Index RESULTS (sweep JSON Lines files; the newest record of one export wins) by workaround.
 
     \b
     Example:

@@ -25,6 +25,7 @@ from bot.sweep import (
     SCHEMA,
     TEST_CRASH_ENV,
     TEST_HANG_ENV,
+    ResultsError,
     Task,
     classify_against_entry,
     collect_class_names,
@@ -213,6 +214,35 @@ def test_merge_records_last_wins_sorted() -> None:
     old, new = record("GPT2Model", "failed"), record("GPT2Model", "pass")
     merged = merge_records([old, record("BertModel"), new])
     assert [(r["model"], r["status"]) for r in merged] == [("BertModel", "pass"), ("GPT2Model", "pass")]
+
+
+def test_merge_records_newest_started_at_wins_whatever_the_order() -> None:
+    old = record("GPT2Model", "failed", started_at="2026-12-01T10:00:00+00:00")
+    new = record("GPT2Model", "pass", started_at="2026-12-02T09:00:00+00:00")
+    for records in ([old, new], [new, old]):
+        assert [r["status"] for r in merge_records(records)] == ["pass"]
+    # Instants, not strings: 10:00 at +02:00 is 08:00 UTC, before 09:00 UTC; a value without an offset is UTC.
+    east = record("GPT2Model", "failed", started_at="2026-12-01T10:00:00+02:00")
+    utc = record("GPT2Model", "pass", started_at="2026-12-01T09:00:00Z")
+    naive = record("GPT2Model", "mismatch", started_at="2026-12-01T08:30:00")
+    assert [r["status"] for r in merge_records([utc, east, naive])] == ["pass"]
+    assert [r["status"] for r in merge_records([naive, east])] == ["mismatch"]
+
+
+def test_merge_records_without_started_at_lose_and_ties_go_to_the_last_seen() -> None:
+    dated = record("GPT2Model", "failed", started_at="2026-11-29T12:28:22+00:00")
+    undated, undated_later = record("GPT2Model", "pass"), record("GPT2Model", "mismatch", started_at=None)
+    assert [r["status"] for r in merge_records([dated, undated, undated_later])] == ["failed"]
+    assert [r["status"] for r in merge_records([undated, undated_later])] == ["mismatch"]  # file order, as before
+    same = record("GPT2Model", "pass", started_at="2026-11-29T12:28:22+00:00")
+    assert [r["status"] for r in merge_records([dated, same])] == ["pass"]
+    assert [r["status"] for r in merge_records([same, dated])] == ["failed"]
+
+
+def test_a_started_at_that_is_not_iso_8601_is_refused_with_its_line(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "r.jsonl", [record("BertModel"), record("GPT2Model", started_at="yesterday")])
+    with pytest.raises(ResultsError, match=r"r\.jsonl:2: started_at 'yesterday' is not an ISO 8601 time"):
+        read_results(path)
 
 
 def test_merge_command(tmp_path: Path) -> None:

@@ -254,7 +254,7 @@ def _interrupt(_signum: int, _frame: Any) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @report_errors
 def merge_command(out: Path, files: tuple[Path, ...]) -> None:
-    """Combine result FILES (shards, reruns) into OUT: one record per key, later files winning.
+    """Combine result FILES (shards, reruns) into OUT: one record per key, the newest (by started_at) winning.
 
     Every record must be of this exportbot's schema; a file of another schema is refused, not converted.
     """

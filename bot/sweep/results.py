@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bot.sweep.records import SCHEMA
+from bot.sweep.records import SCHEMA, started_at
 
 
 class ResultsError(ValueError):
@@ -28,6 +28,10 @@ def parse_record(line: str, where: str) -> dict[str, Any]:
     missing = [name for name in ("model", "backend", "mode", "status") if not isinstance(record.get(name), str)]
     if missing:
         raise ResultsError(f"{where}: missing {', '.join(missing)}")
+    try:
+        started_at(record)  # merging orders a key's records by it
+    except ValueError as error:
+        raise ResultsError(f"{where}: {error}") from None
     return record
 
 
