@@ -10,7 +10,8 @@ regenerating from the same results gives the same bytes.
 
 Probes: a workaround that fired in hundreds of exports is re-run in at most ``DEFAULT_PROBE_LIMIT``
 (:func:`select_probes`), chosen among exports that *passed* with it (an export that fails anyway proves
-nothing about this workaround): first one per (backend, mode) pair, then one per class, alphabetically,
+nothing about this workaround) and are single-graph (static or dynamic: a generation record is indexed but
+is not an export a probe re-runs): first one per (backend, mode) pair, then one per class, alphabetically,
 so the few re-runs spread over backends, shape modes and model families.
 
 The pure part (building, rendering, reading, selecting) takes plain data; the click group at the end does
@@ -40,6 +41,7 @@ DOCS_DIR = Path(__file__).resolve().parents[1] / "docs"
 DEFAULT_MARKDOWN = DOCS_DIR / "workaround-index.md"
 DEFAULT_JSON = DOCS_DIR / "workaround-index.json"
 _METADATA = ("kind", "backend", "upstream", "dependency")
+_REPLAYABLE = ("static", "dynamic")  # modes a probe (bot.plan.Export) re-runs; a generation export is not one
 
 
 class WorkaroundIndexError(ValueError):
@@ -135,7 +137,7 @@ def build_index(
 
 def select_probes(exports: Iterable[FiredExport], limit: int = DEFAULT_PROBE_LIMIT) -> list[Export]:
     """At most ``limit`` passing exports to re-run without the workaround, spread as the module says."""
-    candidates = sorted(e for e in exports if e.status == PASS)
+    candidates = sorted(e for e in exports if e.status == PASS and e.mode in _REPLAYABLE)
     chosen: list[FiredExport] = []
     combos: set[tuple[str, str]] = set()
     models: set[str] = set()
@@ -270,30 +272,34 @@ def workarounds_group() -> None:
 
 
 @workarounds_group.command("index")
-@click.argument(
-    "results", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True, path_type=Path)
-)
+@click.argument("results", nargs=-1, type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @click.option(
     "--out", "markdown_file", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_MARKDOWN,
     show_default=True, help="The Markdown page; its JSON twin is written next to it with a .json suffix.",
 )  # fmt: skip
 @report_errors
 def index_command(results: tuple[Path, ...], markdown_file: Path) -> None:
-    """Index RESULTS (sweep JSON Lines files; the newest record of one export wins) by workaround.
+    """Index RESULTS (sweep JSON Lines files; the newest record of one export wins) by workaround; without
+    RESULTS, the committed record set (sweeps/catalogue and sweeps/generation shard files; run from the
+    repository root).
 
     \b
     Example:
-      exportbot workarounds index sweeps/onnx.jsonl sweeps/dynamo.jsonl --out docs/workaround-index.md
+      exportbot workarounds index --out docs/workaround-index.md
+      exportbot workarounds index sweep-results.jsonl --out index.md
     """
-    from bot.sweep import ResultsError, merge_records, read_results
+    from bot.sweep import DEFAULT_RESULTS, ResultsError, default_results, merge_records, read_results
 
+    files = results or tuple(default_results())
+    if not files:
+        raise UsageProblem("no result files named and none committed here (sweeps/catalogue/*-shard-*.jsonl): "
+                           "name RESULTS or run from the repository root")  # fmt: skip
     try:
-        records = merge_records(record for path in results for record in read_results(path))
+        records = merge_records(record for path in files for record in read_results(path))
     except ResultsError as error:
         raise UsageProblem(str(error)) from None
-    index = build_index(records, registered_metadata(), [str(p) for p in results])
-    shown = " ".join(str(p) for p in results)
-    command = f"exportbot workarounds index {shown} --out {markdown_file}"
+    index = build_index(records, registered_metadata(), [str(p) for p in results] or list(DEFAULT_RESULTS))
+    command = " ".join(["exportbot workarounds index", *map(str, results), f"--out {markdown_file}"])
     markdown_file.parent.mkdir(parents=True, exist_ok=True)
     markdown_file.write_text(render_markdown(index, command), encoding="utf-8")
     json_file = markdown_file.with_suffix(".json")

@@ -61,8 +61,12 @@ from bot.sweep.records import (
 )
 from bot.sweep.reports import SummaryRow, coverage_markdown, first_line, summarize, summary_markdown
 from bot.sweep.results import (
+    DEFAULT_CENSUS,
+    DEFAULT_RESULTS,
     ResultsError,
     ResultsWriter,
+    default_census,
+    default_results,
     parse_record,
     read_results,
     repair_tail,
@@ -99,6 +103,8 @@ from bot.sweep.worker import (
 
 __all__ = [
     "CRASHED",
+    "DEFAULT_CENSUS",
+    "DEFAULT_RESULTS",
     "DIFFERENT_FAILURE",
     "MODES",
     "PASSES",
@@ -132,6 +138,8 @@ __all__ = [
     "collect_class_names",
     "coverage_command",
     "coverage_markdown",
+    "default_census",
+    "default_results",
     "enumerate_model_classes",
     "failure_signature",
     "first_line",
