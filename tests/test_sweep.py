@@ -407,13 +407,19 @@ def by_model(path: Path) -> dict[str, dict]:
     return {r["model"]: r for r in read_results(path)}
 
 
-def test_coverage_counts_records_per_exporter_hash() -> None:
+def test_coverage_says_which_exporter_code_the_records_ran_on_from_the_records_alone() -> None:
     from bot.sweep import coverage_markdown
 
-    records = [{"model": m, "backend": "onnx", "mode": "static", "status": "pass", "exporter_version": v}
-               for m, v in [("A", "abc"), ("B", "def"), ("C", "abc"), ("D", None)]]
-    assert "Exporter code (the hash of `exporters/*.py` that audits record): `abc` 2, `def` 1, not recorded 1." in (
-        coverage_markdown(records, "exportbot sweep coverage x --out y"))
+    records = [{"model": m, "backend": "onnx", "mode": "static", "status": "pass", "exporter_version": v,
+                "started_at": t} for m, v, t in [("A", "abc", "2026-12-01T10:00:00+00:00"),
+                                                 ("B", "def", "2026-12-03T08:30:00+00:00"),
+                                                 ("C", "abc", "2026-12-02T00:00:00+00:00"),
+                                                 ("D", "ghi", "2026-12-02T12:00:00+00:00"), ("E", None, None)]]  # fmt: skip
+    line = ("Exporter code: the records were made from 2026-12-01 to 2026-12-03 08:30 UTC (`started_at`); the "
+            "newest ran on exporter code `def` (`exporter_version`, the hash of the exporters' source), as do 1 of "
+            "the 5; 3 ran on 2 other hashes (earlier code, or a branch's); 1 carry none (made before the field "
+            "existed). `scripts/check_generated.py` says how many differ from the code now.")
+    assert line in coverage_markdown(records, "exportbot sweep coverage x --out y").splitlines()
 
 
 def test_coverage_says_which_dynamic_passes_kept_no_dynamic_dim() -> None:
