@@ -85,7 +85,8 @@ def test_regression_rows_tell_a_regression_from_a_stale_record_and_a_pass():
     assert stale.result == STALE
 
     environment = CandidateEnvironment("onnxscript", "0.8.0", Path("/nowhere/python"), layered=True)
-    check = CandidateCheck(environment, ["sweeps/onnx.jsonl"], [holds, broken, stale], ["t5-cast-folding"])
+    check = CandidateCheck(environment, ["sweeps/catalogue/onnx-static-shard-6-of-8.jsonl"], [holds, broken, stale],
+                           ["t5-cast-folding"])
     report = AuditReport([], dict(PINS), "aee41f0ad3ec", 1, "onnxscript==0.8.0", candidate_check=check)
     assert report.exit_code() == EXIT_REGRESSION  # a broken export outweighs any removal
     data = report.as_dict()["candidate_check"]
@@ -133,7 +134,7 @@ def test_candidate_audit_in_a_real_isolated_environment(tmp_path):
     pins = read_pins(REPO_ROOT / "constraints.txt")
     assert pin_mismatches(pins) == [], "the layered environment needs the pinned .venv"
     bert = next(
-        line for line in (REPO_ROOT / "sweeps" / "onnx.jsonl").read_text().splitlines()
+        line for line in (REPO_ROOT / "sweeps" / "catalogue" / "onnx-static-shard-6-of-8.jsonl").read_text().splitlines()
         if '"model": "BertModel"' in line and '"dynamic": false' in line and '"status": "pass"' in line
     )  # fmt: skip
     results = tmp_path / "last-sweep.jsonl"

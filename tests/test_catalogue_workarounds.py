@@ -343,30 +343,100 @@ class FourierMixing(torch.nn.Module):
         )
 
 
+# The rewrite's error bound. A transform along a dim of length N is, per output, a dot product of the input
+# (a + ib) with a row of tables C, S of N**-e·cos / ·sin(2π·jk/N): Re = Σ C·a + S·b, Im = Σ C·b − S·a (the
+# inverse flips S). In float32 (unit roundoff u = 2**-24) a dot product of 2N terms, in any summation order (so
+# whatever the thread count or BLAS blocking), is off by at most γ(2N)·Σ|terms|, γ(n) = n·u/(1 − n·u). The
+# tables carry their own error: the angle jk mod N (exact) · 2π / N takes three roundings, at most 6π·u off;
+# cos and sin add 1 ulp (≤ u below 1); the norm factor N**-e (pow, 1 ulp ≤ 2u relative) and its product another
+# 3u: |Ĉ − C|, |Ŝ − S| ≤ 24u·N**-e. With |a| + |b| ≤ √2·|a + ib| the complex output of one dim is off by at most
+#     N**-e · (Σ_j |e_j| + κ(N) · Σ_j (|x_j| + |e_j|)),  κ(N) = 2·(γ(2N) + 24u),
+# where x_j is the exact input along the dim and e_j its error bound (from the dims already transformed; the
+# exact map carries it on at most N**-e·Σ|e_j|). Dim after dim, from a float64 reference of the intermediates,
+# that is an elementwise bound on the rewrite's error against exact arithmetic: torch.fft's own float32 error is
+# no yardstick (pocketfft's is about half the rewrite's, and either can be the larger on one element).
+_U = 2.0**-24
+_NORM_EXPONENT = {("backward", True): 0.0, ("backward", False): 1.0, ("ortho", True): 0.5, ("ortho", False): 0.5,
+                  ("forward", True): 1.0, ("forward", False): 0.0}  # torch.fft's norm: the factor N**-e  # fmt: skip
+
+
+def _dft_with_bound(exact: torch.Tensor, error: torch.Tensor, dims: list[int], forward: bool,
+                    norm: str = "backward") -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The float64 transform of ``exact`` along ``dims`` (one dim at a time, as the rewrite goes) and the bound on
+    the float32 rewrite's error there, given ``error``, the bound on its input's (see above)."""
+    for dim in dims:
+        n = exact.shape[dim]
+        scale, kappa = n ** -_NORM_EXPONENT[norm, forward], 2 * (2 * n * _U / (1 - 2 * n * _U) + 24 * _U)
+        error = scale * (error.sum(dim, keepdim=True) + kappa * (exact.abs() + error).sum(dim, keepdim=True))
+        error = error.expand(exact.shape)
+        exact = (torch.fft.fft if forward else torch.fft.ifft)(exact, dim=dim, norm=norm)
+    return exact, error
+
+
+def assert_within_rounding(outputs: tuple[torch.Tensor, ...], x: torch.Tensor) -> None:
+    """Each of FourierMixing's rewritten ``outputs`` for ``x`` lies within its float32 rounding bound of the exact
+    values (float64, whose own error is some 1e-9 of the bound's)."""
+    exact, none = x.double(), torch.zeros(x.shape, dtype=torch.float64)
+    mixed, mixed_error = _dft_with_bound(exact, none, [1, 2], forward=True)
+    ortho, ortho_error = _dft_with_bound(exact, none, [2], forward=True, norm="ortho")
+    spectrum, spectrum_error = _dft_with_bound(exact, none, [0, 1, 2], forward=True)
+    back, back_error = _dft_with_bound(0.5 * spectrum, 0.5 * spectrum_error, [0, 2], forward=False, norm="forward")
+    inverse, inverse_error = _dft_with_bound(exact, none, [1], forward=False)
+    expected = [(mixed.real, mixed_error), (ortho.imag, ortho_error),
+                (torch.view_as_real(back), back_error.unsqueeze(-1).expand(*back.shape, 2)),
+                (inverse.real, inverse_error)]  # fmt: skip
+    for index, (got, (value, bound)) in enumerate(zip(outputs, expected, strict=True)):
+        ratio = (got.double() - value).abs() / bound
+        assert ratio.max() <= 1, (f"output {index}: {int((ratio > 1).sum())} of {ratio.numel()} elements over its "
+                                  f"float32 rounding bound, up to {ratio.max():.3g} times")  # fmt: skip
+
+
 def test_fourier_rewrite_matches_torch_fft():
-    """Forward and inverse, real and complex inputs, each norm: the real-only graph keeps torch.fft's values."""
+    """Forward and inverse, real and complex inputs, each norm: the real-only graph computes torch.fft's values to
+    within float32 rounding (the bound above, against float64)."""
     torch.manual_seed(0)
     x = torch.randn(2, 8, 32)
     program = torch.export.export(FourierMixing(), (x,))
     assert sum(fourier_transform_as_matmuls(program.graph_module, node) for node in list(program.graph.nodes)) == 5
     assert split_complex_arithmetic(program.graph_module, program) > 0
     assert not any(_is_complex_node(node) for node in program.graph.nodes)
-    for got, expected in zip(program.module()(x), FourierMixing()(x), strict=True):
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
+    assert_within_rounding(program.module()(x), x)
 
 
 
 def test_fourier_rewrite_keeps_a_dynamic_length_symbolic():
-    """Exported with a dynamic batch and length, the tables follow N: the graph matches torch.fft at a length
-    other than the sample's."""
+    """Exported with a dynamic batch and length, the tables follow N: the graph computes torch.fft's values, to
+    within float32 rounding, at a length other than the sample's."""
     torch.manual_seed(0)
     dims = {"x": {0: torch.export.Dim("batch", max=4), 1: torch.export.Dim("length", min=2, max=64)}}
     program = torch.export.export(FourierMixing(), (torch.randn(2, 8, 32),), dynamic_shapes=dims)
     assert sum(fourier_transform_as_matmuls(program.graph_module, node) for node in list(program.graph.nodes)) == 5
     split_complex_arithmetic(program.graph_module, program)
     other = torch.randn(3, 13, 32)
-    for got, expected in zip(program.module()(other), FourierMixing()(other), strict=True):
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
+    assert_within_rounding(program.module()(other), other)
+
+
+@pytest.mark.parametrize("wrong", ["a table one sample off", "the sine's sign flipped"])
+def test_the_fourier_rounding_bound_rejects_a_wrong_table(wrong: str, monkeypatch: pytest.MonkeyPatch):
+    """The bound is tight enough to matter: tables one column off (k+1 for k) or with the sine's sign flipped
+    exceed it a thousandfold and more, where the correct rewrite's rounding errors stay under 1/16 of it."""
+    correct, aten = fourier_transform_as_matmuls.__globals__["_dft_tables"], torch.ops.aten
+
+    def broken(emit, *args):
+        cosine, sine = correct(emit, *args)
+        if wrong == "a table one sample off":
+            return emit(aten.roll.default, cosine, [1], [1]), emit(aten.roll.default, sine, [1], [1])
+        return cosine, emit(aten.neg.default, sine)
+
+    monkeypatch.setitem(fourier_transform_as_matmuls.__globals__, "_dft_tables", broken)
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 32)
+    program = torch.export.export(FourierMixing(), (x,))
+    assert sum(fourier_transform_as_matmuls(program.graph_module, node) for node in list(program.graph.nodes)) == 5
+    split_complex_arithmetic(program.graph_module, program)
+    with pytest.raises(AssertionError, match=r"over its float32 rounding bound"):
+        assert_within_rounding(program.module()(x), x)
+
 
 def _is_complex_node(node: torch.fx.Node) -> bool:
     value = node.meta.get("val")

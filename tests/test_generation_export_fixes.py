@@ -1,7 +1,8 @@
 """Fast checks of the generation export's own fixes (no export, no model build unless stated).
 
 Each test fails without the fix it names; the slow end-to-end evidence is the sweep re-run
-(``sweeps/generation/onnx-export.rerun.jsonl``).
+(``sweeps/generation/onnx-export.rerun.jsonl`` in git history, merged into
+``sweeps/generation/onnx-shard-*-of-8.jsonl``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The ONNX workarounds for the catalogue's translation and output failures, each against eager and without it.
 
 Small modules with the failing pattern of each swept class (the classes themselves take 40-90 s each and are
-re-run by the sweep: sweeps/catalogue/onnx-static-onnxfix.rerun.jsonl):
+re-run by the sweep: sweeps/catalogue/onnx-static-onnxfix.rerun.jsonl in git history, merged into the ONNX static
+shard files of sweeps/catalogue/):
 
 * ``squeeze(dim)`` of a dim that is not 1 (ParakeetForRNNT, NemotronAsrStreamingForRNNT's RNNT joint);
 * ``cummax``/``cummin`` (MMGroundingDino's text mask builder);

@@ -10,7 +10,8 @@ regenerating from the same results gives the same bytes.
 
 Probes: a workaround that fired in hundreds of exports is re-run in at most ``DEFAULT_PROBE_LIMIT``
 (:func:`select_probes`), chosen among exports that *passed* with it (an export that fails anyway proves
-nothing about this workaround): first one per (backend, mode) pair, then one per class, alphabetically,
+nothing about this workaround) and are single-graph (static or dynamic: a generation record is indexed but
+is not an export a probe re-runs): first one per (backend, mode) pair, then one per class, alphabetically,
 so the few re-runs spread over backends, shape modes and model families.
 
 Building, rendering and selecting take plain data; ``load_index`` reads the JSON twin. The commands
@@ -36,6 +37,7 @@ DOCS_DIR = Path(__file__).resolve().parents[2] / "docs"
 DEFAULT_MARKDOWN = DOCS_DIR / "workaround-index.md"
 DEFAULT_JSON = DOCS_DIR / "workaround-index.json"
 INDEX_METADATA = ("kind", "backend", "upstream", "dependency")
+_REPLAYABLE = ("static", "dynamic")  # modes a probe (bot.audit.plan.Export) re-runs; a generation export is not one
 
 
 class WorkaroundIndexError(ValueError):
@@ -131,7 +133,7 @@ def build_index(
 
 def select_probes(exports: Iterable[FiredExport], limit: int = DEFAULT_PROBE_LIMIT) -> list[Export]:
     """At most ``limit`` passing exports to re-run without the workaround, spread as the module says."""
-    candidates = sorted(e for e in exports if e.status == PASS)
+    candidates = sorted(e for e in exports if e.status == PASS and e.mode in _REPLAYABLE)
     chosen: list[FiredExport] = []
     combos: set[tuple[str, str]] = set()
     models: set[str] = set()

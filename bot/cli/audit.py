@@ -151,7 +151,7 @@ def _make_tracker(
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     multiple=True,
     help="Sweep results to draw the --candidate regression sample from (repeatable) "
-    "[default: sweeps/*.jsonl].",
+    "[default: the committed records, sweeps/catalogue and sweeps/generation].",
 )
 @click.option(
     "--regression-sample",

@@ -29,26 +29,27 @@ EXAMPLES: dict[str, list[str]] = {
     ],
     "sweep merge": [
         "exportbot sweep merge sweeps/all.jsonl sweeps/shard-1.jsonl sweeps/shard-2.jsonl",
-        "exportbot sweep merge sweeps/onnx.jsonl sweeps/onnx.jsonl sweeps/onnx-rerun.jsonl",
+        "exportbot sweep merge onnx-static-shard-3-of-8.jsonl onnx-static-shard-3-of-8.jsonl rerun-3.jsonl",
     ],
     "sweep triage": [
-        "exportbot sweep triage sweeps/onnx.jsonl",
-        "exportbot sweep triage sweeps/onnx.jsonl sweeps/executorch.jsonl --top 5",
+        "exportbot sweep triage sweeps/catalogue/onnx-static-shard-*-of-8.jsonl",
+        "exportbot sweep triage sweeps/catalogue/*-dynamic-shard-*-of-8.jsonl --top 5",
     ],
     "sweep coverage": [
-        "exportbot sweep coverage sweeps/onnx.jsonl sweeps/executorch.jsonl",
-        "exportbot sweep coverage sweeps/onnx.jsonl --out docs/coverage.md",
+        "exportbot sweep coverage --out docs/coverage.md",
+        "exportbot sweep coverage sweeps/catalogue/onnx-static-shard-*-of-8.jsonl --out onnx-static.md",
     ],
     "pr": [
         "exportbot pr --report audit.json",
         "exportbot pr --report audit.json --apply --repo me/exportbot",
     ],
     "workarounds": [
-        "exportbot workarounds index sweeps/onnx.jsonl sweeps/executorch.jsonl",
+        "exportbot workarounds index --out docs/workaround-index.md",
         "exportbot workarounds remove _fix_rsub_scalar --dry-run",
     ],
     "workarounds index": [
-        "exportbot workarounds index sweeps/onnx.jsonl sweeps/executorch.jsonl",
+        "exportbot workarounds index --out docs/workaround-index.md",
+        "exportbot workarounds index sweeps/catalogue/onnx-*-shard-*-of-8.jsonl --out onnx-index.md",
     ],
     "workarounds remove": [
         "exportbot workarounds remove _fix_rsub_scalar --dry-run",

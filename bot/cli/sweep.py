@@ -23,7 +23,15 @@ from bot.sweep.causes import DEFAULT_CAUSES, Cause, CausesError, explain, load_c
 from bot.sweep.isolation import SweepError, SweepSettings, run_sweep
 from bot.sweep.records import merge_records, record_key
 from bot.sweep.reports import CENSUS_OK, coverage_markdown, summarize, summary_markdown
-from bot.sweep.results import ResultsError, ResultsWriter, read_results, repair_tail, write_records
+from bot.sweep.results import (
+    ResultsError,
+    ResultsWriter,
+    default_census,
+    default_results,
+    read_results,
+    repair_tail,
+    write_records,
+)
 from bot.sweep.tasks import GENERATE, MODES, Key, parse_class_list, parse_shard, plan_tasks, select_classes
 from bot.sweep.terminal import SweepProgress, summary_table, triage_table
 from bot.sweep.triage import failure_signature, triage
@@ -53,6 +61,7 @@ def sweep_group() -> None:
       exportbot sweep run --resume                      # after an interruption
       exportbot sweep merge all.jsonl shard-*.jsonl
       exportbot sweep coverage all.jsonl --out docs/coverage.md
+      exportbot sweep coverage --out docs/coverage.md   # the committed sweeps/ records
     """
 
 
@@ -254,7 +263,7 @@ def _interrupt(_signum: int, _frame: Any) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @report_errors
 def merge_command(out: Path, files: tuple[Path, ...]) -> None:
-    """Combine result FILES (shards, reruns) into OUT: one record per key, later files winning.
+    """Combine result FILES (shards, reruns) into OUT: one record per key, the newest (by started_at) winning.
 
     Every record must be of this exportbot's schema; a file of another schema is refused, not converted.
     """
@@ -280,7 +289,7 @@ def triage_command(files: tuple[Path, ...], top: int, as_json: bool) -> None:
 
 
 @sweep_group.command("coverage")
-@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("docs/coverage.md"),
               show_default=True, help="Markdown file to (re)generate.")
 @click.option("--census", "census_files", multiple=True,
@@ -295,10 +304,18 @@ def coverage_command(files: tuple[Path, ...], out: Path, census_files: tuple[Pat
                      as_json: bool) -> None:
     """Regenerate the coverage table (class, backend, mode, status, seconds, workarounds fired, ledger entry,
     error) from result FILES, and say why each export that did not pass does not: a ledger entry, a builder gap,
-    a reviewed cause from --causes, or untriaged. The file says which command made it, so nobody edits it by hand."""
+    a reviewed cause from --causes, or untriaged. The file says which command made it, so nobody edits it by hand.
+
+    Without FILES, the committed record set (sweeps/catalogue and sweeps/generation, one file per backend, mode and
+    shard; run from the repository root) and, unless --census is given, the committed tiny-census shards."""
     census_args = [argument for path in census_files for argument in ("--census", str(path))]
     command = shlex.join(["exportbot", "sweep", "coverage", *map(str, files), *census_args,
                           "--causes", str(causes_file), "--out", str(out)])  # fmt: skip
+    if not files:
+        files, census_files = tuple(default_results()), census_files or tuple(default_census())
+        if not files:
+            raise UsageProblem("no result files named and none committed here (sweeps/catalogue/*-shard-*.jsonl): "
+                               "name FILES or run from the repository root")  # fmt: skip
     try:
         causes = load_causes(causes_file)
     except CausesError as error:

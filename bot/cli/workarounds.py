@@ -35,31 +35,35 @@ def workarounds_group() -> None:
 
 
 @workarounds_group.command("index")
-@click.argument(
-    "results", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True, path_type=Path)
-)
+@click.argument("results", nargs=-1, type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @click.option(
     "--out", "markdown_file", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_MARKDOWN,
     show_default=True, help="The Markdown page; its JSON twin is written next to it with a .json suffix.",
 )  # fmt: skip
 @report_errors
 def index_command(results: tuple[Path, ...], markdown_file: Path) -> None:
-    """Index RESULTS (sweep JSON Lines files; later records of one export win) by workaround.
+    """Index RESULTS (sweep JSON Lines files; the newest record of one export wins) by workaround; without
+    RESULTS, the committed record set (sweeps/catalogue and sweeps/generation shard files; run from the
+    repository root).
 
     \b
     Example:
-      exportbot workarounds index sweeps/onnx.jsonl sweeps/dynamo.jsonl --out docs/workaround-index.md
+      exportbot workarounds index --out docs/workaround-index.md
+      exportbot workarounds index sweep-results.jsonl --out index.md
     """
     from bot.sweep.records import merge_records
-    from bot.sweep.results import ResultsError, read_results
+    from bot.sweep.results import DEFAULT_RESULTS, ResultsError, default_results, read_results
 
+    files = results or tuple(default_results())
+    if not files:
+        raise UsageProblem("no result files named and none committed here (sweeps/catalogue/*-shard-*.jsonl): "
+                           "name RESULTS or run from the repository root")  # fmt: skip
     try:
-        records = merge_records(record for path in results for record in read_results(path))
+        records = merge_records(record for path in files for record in read_results(path))
     except ResultsError as error:
         raise UsageProblem(str(error)) from None
-    index = build_index(records, registered_metadata(), [str(p) for p in results])
-    shown = " ".join(str(p) for p in results)
-    command = f"exportbot workarounds index {shown} --out {markdown_file}"
+    index = build_index(records, registered_metadata(), [str(p) for p in results] or list(DEFAULT_RESULTS))
+    command = " ".join(["exportbot workarounds index", *map(str, results), f"--out {markdown_file}"])
     markdown_file.parent.mkdir(parents=True, exist_ok=True)
     markdown_file.write_text(render_markdown(index, command), encoding="utf-8")
     json_file = markdown_file.with_suffix(".json")

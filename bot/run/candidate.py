@@ -14,12 +14,12 @@ environment (bot.run.venvs), so the development environment is never touched:
   in that environment; ``removable`` there means "removable once the pin moves".
 * **Regressions.** A sample of exports that work at the pins is exported again with the candidate;
   bot.audit.regression_sample chooses it, where regressions are likely first: every ledger reproducer whose
-  stack has PKG, every export of the sweep results (``--regression-results``, default the committed
-  ``sweeps/*.jsonl``) that fired a workaround declaring ``dependency = PKG``, the classes of
-  ``--regression-classes FILE``, then the fastest passing exports up to ``--regression-sample`` (default
-  8). Each row says why it was chosen. An export that fails with the candidate is exported once more at
-  the pins: failing there too means the record or reproducer is stale (``fails at the pins too``), not a
-  regression.
+  stack has PKG, every single-graph export of the sweep results (``--regression-results``, default the
+  committed record set: the shard files of ``sweeps/catalogue`` and ``sweeps/generation``) that fired a
+  workaround declaring ``dependency = PKG``, the classes of ``--regression-classes FILE``, then the fastest
+  passing exports up to ``--regression-sample`` (default 8). Each row says why it was chosen. An export
+  that fails with the candidate is exported once more at the pins: failing there too means the record or
+  reproducer is stale (``fails at the pins too``), not a regression.
 
 Nothing of a candidate audit is written to the verification state or proposed for removal: the pins
 have not moved yet (``exportbot pr`` refuses such a report).
@@ -58,12 +58,11 @@ from bot.run.venvs import (
     layering_base,
     project_dependencies,
 )
-from bot.sweep.results import ResultsError, read_results
+from bot.sweep.results import ResultsError, default_results, read_results
 from exporters.ledger import Ledger, default_registry_dir, load_ledger
 
 RunSampled = Callable[[SampledExport], dict[str, Any]]
 
-SWEEPS_DIR = REPO_ROOT / "sweeps"  # the committed sweep results: the default regression sample source
 REGRESSION, STALE, HOLDS, UNSUPPORTED = "regression", "fails at the pins too", "pass", "unsupported"
 
 
@@ -276,12 +275,13 @@ def run_candidate_check(
     classes_file: Path | None = None,
 ) -> CandidateCheck:
     """The regression half of a candidate audit (the removal half is the audit's own re-runs).
-    ``results``: sweep result files to sample from; empty means the committed ``sweeps/*.jsonl``;
+    ``results``: sweep result files to sample from; empty means the committed record set (``default_results``);
     ``registry``: the ledger whose reproducers to include, and which every export reads (default: the
     default registry)."""
-    results = results or sorted(SWEEPS_DIR.glob("*.jsonl"))
+    results = results or default_results(REPO_ROOT)
     try:
-        records = [record for path in results for record in read_results(path)]
+        # A generation record (mode generate) is no single-graph export to re-run at the candidate.
+        records = [r for path in results for r in read_results(path) if r["mode"] != "generate"]
     except ResultsError as error:
         raise EnvironmentFailure(f"regression sample: {error}") from None
     registry = registry or default_registry_dir()

@@ -25,9 +25,7 @@ processes, no torch); the rest do the I/O:
 * ``catalogue``: every class of transformers' auto mappings;
 * ``worker``: the child's side of an isolated export (warm worker, forked or spawned child);
 * ``isolation``: the sweep's side (runners, settings, records from reports, ``run_sweep``);
-* ``terminal``: rich tables and the progress bar;
-* ``workaround_index``: where each registered workaround fired, from the records
-  (``exportbot workarounds index``).
+* ``terminal``: rich tables and the progress bar.
 
 The click commands are ``bot.cli.sweep``. This package re-exports nothing: importing one of its modules
 imports only what that module needs, and each name is imported from the module that defines it.

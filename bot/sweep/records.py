@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from bot.outcome import BUILD_ERROR, FAILED, INCONCLUSIVE, MISMATCH, NONDETERMINISTIC, PASS, SKIPPED
@@ -26,10 +27,32 @@ def record_key(record: Mapping[str, Any]) -> Key:
     return (record["model"], record["backend"], record["mode"])
 
 
+def started_at(record: Mapping[str, Any]) -> datetime | None:
+    """When the record's export started (``started_at``, ISO 8601; without an offset, UTC); None when the record
+    has none (made before the field existed). ``ValueError`` for a value that is not an ISO 8601 time."""
+    value = record.get("started_at")
+    if value is None or value == "":
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"started_at {value!r} is not an ISO 8601 time") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
 def merge_records(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One record per key, the last one seen winning (a rerun supersedes), sorted by key for stable diffs."""
-    latest = {record_key(record): dict(record) for record in records}
-    return [latest[key] for key in sorted(latest)]
+    """One record per key, the newest winning, sorted by key for stable diffs (docs/sweep-results.md, "Merging").
+
+    Newest by ``started_at``. A record without one loses to any record with one; between records that started
+    at the same instant, or that both lack the field, the one seen last wins, so the order of the input only
+    breaks ties."""
+    latest: dict[Key, tuple[datetime | None, dict[str, Any]]] = {}
+    for record in records:
+        key, moment = record_key(record), started_at(record)
+        kept = latest.get(key)
+        if kept is None or kept[0] is None or (moment is not None and moment >= kept[0]):
+            latest[key] = (moment, dict(record))
+    return [latest[key][1] for key in sorted(latest)]
 
 
 def _error_texts(outcome: Mapping[str, Any]) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from bot.outcome import BUILD_ERROR, PASS
 from bot.sweep.causes import Cause, explain
-from bot.sweep.records import SCHEMA, STATUSES, merge_records
+from bot.sweep.records import SCHEMA, STATUSES, merge_records, started_at
 from bot.sweep.tasks import GENERATE
 from bot.sweep.triage import failure_signature, normalize_error, triage
 
@@ -204,12 +204,30 @@ def causes_markdown(
 
 
 def _exporter_line(records: Sequence[Mapping[str, Any]]) -> str:
-    """How many records each exporter hash made, most first; records from before the field are counted apart."""
-    counts = Counter(record.get("exporter_version") or "" for record in records)
-    parts = [f"`{code}` {n}" for code, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])) if code]
-    if counts.get(""):
-        parts.append(f"not recorded {counts['']}")
-    return ", ".join(parts) or "none"
+    """Which exporter code the records ran on, from the records alone (docs/sweep-results.md, "Exporter code"):
+    when they were made, the hash the newest one carries and how many share it, how many ran on other hashes,
+    how many carry none. Not against today's code, whose hash changes with every commit to the exporters (the
+    page would go stale with each); scripts/check_generated.py makes that comparison."""
+    hashes = Counter(record.get("exporter_version") or "" for record in records)
+    unhashed = hashes.pop("", 0)
+    dated = [(moment, index) for index, record in enumerate(records) if (moment := started_at(record)) is not None]
+    if not dated:
+        return f"Exporter code: {len(records) - unhashed} of {len(records)} records carry an exporter hash."
+    (first, _), (last, newest) = min(dated), max(dated)
+    code = records[newest].get("exporter_version") or ""
+    others = len(hashes) - (1 if code else 0)
+    parts = [f"the records were made from {first:%Y-%m-%d} to {last:%Y-%m-%d %H:%M} UTC (`started_at`)"]
+    if code:
+        parts.append(f"the newest ran on exporter code `{code}` (`exporter_version`, the hash of the exporters' "
+                     f"source), as do {hashes[code]} of the {len(records)}")
+    else:
+        parts.append("the newest carries no exporter hash (`exporter_version`)")
+    if others:
+        parts.append(f"{sum(hashes.values()) - hashes[code]} ran on {others} {'other ' if code else ''}"
+                     f"hash{'es' if others != 1 else ''} (earlier code, or a branch's)")
+    if unhashed:
+        parts.append(f"{unhashed} carry none (made before the field existed)")
+    return f"Exporter code: {'; '.join(parts)}. `scripts/check_generated.py` says how many differ from the code now."
 
 
 def _specialised_line(records: Sequence[Mapping[str, Any]]) -> str:
@@ -271,8 +289,7 @@ def coverage_markdown(
         "",
         f"Versions: {_versions_line(records)}.",
         "",
-        f"Exporter code (the hash of `exporters/*.py` that audits record): {_exporter_line(records)}. "
-        "`scripts/check_generated.py` says how many records are older than the code now.",
+        _exporter_line(records),
         "",
         f"Statuses are those of `docs/sweep-results.md` (schema {SCHEMA}); only `pass` means the artifact was "
         "shown to match eager.",

@@ -4,11 +4,33 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bot.sweep.records import SCHEMA
+from bot.sweep.records import SCHEMA, started_at
+
+# The committed record set (sweeps/README.md): one file per backend, mode and shard, e.g.
+# sweeps/catalogue/onnx-static-shard-3-of-8.jsonl and sweeps/generation/onnx-shard-3-of-8.jsonl. `sweep coverage`
+# and `workarounds index` read these when no FILES are named (coverage also reads the census shards), as do the
+# audit's --candidate regression sample and scripts/check_generated.py. Paths are relative to the repository root.
+DEFAULT_RESULTS = ("sweeps/catalogue/*-shard-*-of-*.jsonl", "sweeps/generation/*-shard-*-of-*.jsonl")
+DEFAULT_CENSUS = "sweeps/tiny-census/shard-*-of-*.jsonl"
+_SHARD_FILE = re.compile(r"(?:[a-z0-9]+-)*shard-\d+-of-\d+\.jsonl")  # not a re-run or scratch file beside them
+
+
+def default_results(root: Path = Path()) -> list[Path]:
+    """The committed result files under ``root`` (``DEFAULT_RESULTS``), sorted; relative paths for a relative root.
+    Their order does not matter: merging keeps the newest record of each export."""
+    found = (path for pattern in DEFAULT_RESULTS for path in root.glob(pattern))
+    return sorted(path for path in found if _SHARD_FILE.fullmatch(path.name))
+
+
+def default_census(root: Path = Path()) -> list[Path]:
+    """The committed tiny-census shards under ``root`` (``DEFAULT_CENSUS``), sorted (a class is in one shard; in
+    its file, a later line supersedes an earlier one)."""
+    return sorted(path for path in root.glob(DEFAULT_CENSUS) if _SHARD_FILE.fullmatch(path.name))
 
 
 class ResultsError(ValueError):
@@ -28,6 +50,10 @@ def parse_record(line: str, where: str) -> dict[str, Any]:
     missing = [name for name in ("model", "backend", "mode", "status") if not isinstance(record.get(name), str)]
     if missing:
         raise ResultsError(f"{where}: missing {', '.join(missing)}")
+    try:
+        started_at(record)  # merging orders a key's records by it
+    except ValueError as error:
+        raise ResultsError(f"{where}: {error}") from None
     return record
 
 
