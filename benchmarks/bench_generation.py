@@ -143,8 +143,8 @@ class _Timed:
 
 
 def bench(name: str, backends: list[str], baseline: bool) -> dict[str, Any]:
+    from exporters.bundle.decoding import EagerGeneration
     from exporters.generation.components import make_prompts
-    from exporters.generation.loop import EagerGeneration
 
     model = build(name)
     prompts = make_prompts("decoder-only", "input_ids", model.config, model.config.pad_token_id or 0, BATCH, PROMPT)

@@ -1,6 +1,6 @@
 """What does building XNNPACK's pattern graphs in the warm worker save each forked ExecuTorch export?
 
-Two worker processes run the sweep's own fork path (``bot.sweep.worker._fork_export``: one supervised child per
+Two worker processes run the sweep's own fork path (``bot.run.worker._fork_export``: one supervised child per
 export, the child's real export and validation). Both preload what the sweep's worker preloads; only the
 ``warm`` one also calls ``build_xnnpack_pattern_graphs()`` before forking, so its children inherit the graphs.
 The classes run interleaved (cold, warm, cold, warm, ...), best of ``--rounds``, and the script reports per
@@ -37,7 +37,7 @@ def _children_cpu() -> float:
 
 def serve(warm: bool) -> None:
     """A worker: preload (and with ``warm``, build the pattern graphs), then fork one export per stdin line."""
-    from bot.sweep.worker import ChildTask, _fork_export, _warm_up, build_xnnpack_pattern_graphs, preload
+    from bot.run.worker import ChildTask, _fork_export, _warm_up, build_xnnpack_pattern_graphs, preload
 
     started = time.perf_counter()
     preload(["executorch"])

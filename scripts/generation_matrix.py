@@ -85,9 +85,9 @@ def decode_speeds(out: Path, seed: int) -> dict[str, float]:
     """Decode tokens/s of the saved bundle and of eager with the same cache wrappers (the model rebuilt from
     the bundle's source), interleaved, best of 3 each after a warm-up, so both see the same machine load."""
     from bot.run.generation import rebuild_source
+    from exporters.bundle.decoding import EagerGeneration
     from exporters.bundle.loading import load
     from exporters.generation.components import GenerationExportConfig, plan_components, sample_prompts
-    from exporters.generation.loop import EagerGeneration
 
     bundle = load(out)
     layout = bundle.metadata.generation

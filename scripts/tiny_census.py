@@ -1,7 +1,7 @@
 """Which auto-mapped classes the tiny factory can build and run: ``build_tiny`` plus one eager forward, per class.
 
 Every class runs in a child forked from this warm process (torch and transformers imported once), in its own
-process group under a memory cap and a timeout (``bot.sweep.worker.supervise``), so a segfault or a hang is a
+process group under a memory cap and a timeout (``bot.run.worker.supervise``), so a segfault or a hang is a
 record, not the end of the census. One JSON line per class is appended (and fsynced) to RESULTS; ``--resume``
 skips the classes already there, so an interrupted census loses nothing.
 
@@ -32,11 +32,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bot.run.worker import kill_group, preload, supervise
 from bot.sweep.catalogue import enumerate_model_classes
 from bot.sweep.reports import census_causes
 from bot.sweep.results import ResultsWriter, repair_tail
 from bot.sweep.tasks import select_classes
-from bot.sweep.worker import kill_group, preload, supervise
 
 OK, BUILD_ERROR, FORWARD_ERROR, CRASHED, TIMEOUT = "ok", "build-error", "forward-error", "crashed", "timeout"
 

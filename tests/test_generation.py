@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from exporters.bundle.decoding import EagerGeneration, run_generation
 from exporters.generation.check import check_generation
 from exporters.generation.components import GenerationExportConfig, plan_components, sample_prompts
-from exporters.generation.loop import EagerGeneration, run_generation
 from exporters.tiny import build_tiny
 
 ROOT = Path(__file__).resolve().parent.parent

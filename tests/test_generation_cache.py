@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from exporters.bundle.decoding import EagerGeneration
 from exporters.generation.cache import flatten, new_cache, restore
 from exporters.generation.check import eager_generate
 from exporters.generation.components import (
@@ -18,7 +19,6 @@ from exporters.generation.components import (
     plan_components,
     sample_prompts,
 )
-from exporters.generation.loop import EagerGeneration
 from exporters.tiny import build_tiny
 
 HYBRID = "OlmoHybridForCausalLM"  # 3 linear-attention layers (conv + recurrent state) and 1 attention layer

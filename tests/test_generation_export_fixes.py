@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from exporters.generation.loop import run_generation
+from exporters.bundle.decoding import run_generation
 
 VOCAB = 8
 

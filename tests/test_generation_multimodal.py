@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from bot.run.generation import build_generation_model
+from exporters.bundle.decoding import EagerGeneration
 from exporters.generation.check import check_generation
 from exporters.generation.components import (
     GenerationExportConfig,
@@ -17,7 +18,6 @@ from exporters.generation.components import (
     plan_components,
     sample_prompts,
 )
-from exporters.generation.loop import EagerGeneration
 
 OVERRIDES = {"image_token_id": 3}  # the tiny config's 32000 lies outside its 256-token vocab
 

@@ -12,6 +12,7 @@ import dataclasses
 import pytest
 
 from bot.run.generation import build_generation_model
+from exporters.bundle.decoding import EagerGeneration
 from exporters.generation.check import (
     LOGITS_ATOL,
     NOISE_FACTOR,
@@ -25,7 +26,6 @@ from exporters.generation.components import (
     plan_components,
     sample_prompts,
 )
-from exporters.generation.loop import EagerGeneration
 
 SCALED = {"initializer_range": 0.5, "initializer_factor": 4.0}
 

@@ -30,8 +30,8 @@ from bot.cli.pr import PR_JSON_KEYS, pr_command, run_pr
 from bot.cli.sweep import sweep_group
 from bot.run import bisect as bisect_module
 from bot.run.venvs import Uninstallable
+from bot.run.worker import TEST_CRASH_ENV
 from bot.sweep.results import read_results
-from bot.sweep.worker import TEST_CRASH_ENV
 from exporters.ledger import load_ledger
 
 ROOT = Path(__file__).resolve().parents[1]

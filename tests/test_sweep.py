@@ -22,6 +22,7 @@ import transformers
 from click.testing import CliRunner
 
 from bot.cli.sweep import sweep_group
+from bot.run.worker import TEST_CRASH_ENV, TEST_HANG_ENV
 from bot.sweep.catalogue import enumerate_model_classes
 from bot.sweep.records import SCHEMA, classify_against_entry, ignored_entry, merge_records
 from bot.sweep.results import ResultsError, read_results, repair_tail
@@ -35,7 +36,6 @@ from bot.sweep.tasks import (
     shard_index,
 )
 from bot.sweep.triage import failure_signature, normalize_error, triage
-from bot.sweep.worker import TEST_CRASH_ENV, TEST_HANG_ENV
 from exporters.ledger import Ledger, LedgerEntry
 
 
@@ -562,7 +562,7 @@ def test_the_stack_dump_before_the_deadline_survives_a_deep_recursion(tmp_path: 
     139 after 4 dumps)."""
     code = (
         "import sys, time; sys.setrecursionlimit(100000)\n"
-        "from bot.sweep.worker import _dump_stack_before_the_deadline\n"
+        "from bot.run.worker import _dump_stack_before_the_deadline\n"
         "def deep(n): return 0 if n == 0 else deep(n - 1) + 1\n"
         "_dump_stack_before_the_deadline(0.5)\n"
         "end = time.time() + 3\n"
@@ -577,10 +577,10 @@ def test_the_stack_dump_before_the_deadline_survives_a_deep_recursion(tmp_path: 
 
 
 def test_the_warm_worker_builds_xnnpack_pattern_graphs_for_its_children() -> None:
-    """Forked children inherit the pattern graphs only if the worker built them (bot/sweep/worker.py says why)."""
+    """Forked children inherit the pattern graphs only if the worker built them (bot/run/worker.py says why)."""
     from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
 
-    from bot.sweep.worker import build_xnnpack_pattern_graphs
+    from bot.run.worker import build_xnnpack_pattern_graphs
 
     sdpa.get_graphs.cache_clear()
     bilinear_2d._get_bilinear_2d_graphs.cache_clear()

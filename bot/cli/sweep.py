@@ -18,9 +18,9 @@ from rich.console import Console
 from bot.cli.json_output import emit_json, json_flag
 from bot.errors import UsageProblem, report_errors
 from bot.outcome import BACKENDS
+from bot.run.isolation import SweepError, SweepSettings, run_sweep
 from bot.sweep.catalogue import GENERATION_MAPPINGS, enumerate_model_classes, generation_classes
 from bot.sweep.causes import DEFAULT_CAUSES, Cause, CausesError, explain, load_causes
-from bot.sweep.isolation import SweepError, SweepSettings, run_sweep
 from bot.sweep.records import merge_records, record_key
 from bot.sweep.reports import CENSUS_OK, coverage_markdown, summarize, summary_markdown
 from bot.sweep.results import (

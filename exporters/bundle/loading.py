@@ -216,8 +216,8 @@ class ExportedModel:
         return self.default(**kwargs)
 
     def generate(self, input_ids: torch.Tensor | None = None, **kwargs: Any) -> Any:
-        """Greedy (or seeded sampling) generation run in this bundle's runtime; see exporters.generation.loop."""
-        from exporters.generation.loop import generate
+        """Greedy (or seeded sampling) generation run in this bundle's runtime; see exporters.bundle.decoding."""
+        from exporters.bundle.decoding import generate
 
         return generate(self, input_ids, **kwargs)
 

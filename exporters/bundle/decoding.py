@@ -1,4 +1,5 @@
-"""``generate()`` over exported components: greedy (or seeded sampling) decoding, every step in the runtime.
+"""``generate()`` over a generation bundle's components: greedy (or seeded sampling) decoding, every step in the
+runtime.
 
 The loop is the same for every backend and for eager: it only needs callables ``prefill(**inputs)`` and
 ``decode(**inputs)`` returning dicts of tensors named as in ``exporters.generation.components`` (``logits``,

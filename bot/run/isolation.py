@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from bot.audit.verification import exporter_version
 from bot.outcome import PASS, SKIPPED, ExportOutcome
+from bot.run.worker import ChildReport, ChildTask, kill_group, supervise
 from bot.sweep.records import CRASHED, SCHEMA, TIMEOUT, classify_against_entry, ignored_entry
 from bot.sweep.tasks import Task
 from bot.sweep.triage import signal_name
-from bot.sweep.worker import ChildReport, ChildTask, kill_group, supervise
 
 if TYPE_CHECKING:
     from exporters.ledger import Ledger
@@ -64,8 +64,8 @@ def _read_line(fd: int, timeout: float) -> bytes | None:
             return b"".join(chunks)
 
 
-_WORKER_CODE = "from bot.sweep.worker import worker_main; worker_main()"
-_SPAWN_CODE = "from bot.sweep.worker import spawned_child_main; spawned_child_main()"
+_WORKER_CODE = "from bot.run.worker import worker_main; worker_main()"
+_SPAWN_CODE = "from bot.run.worker import spawned_child_main; spawned_child_main()"
 
 
 class WarmWorker:
