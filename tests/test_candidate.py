@@ -7,6 +7,7 @@ environment with another onnxscript release and exports in it.
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from test_audit import PINS, write_registry
 from bot.audit.plan import Export, entry_subject, plan_entry
 from bot.audit.regression_sample import SampledExport, choose_sample
 from bot.audit.report import ReportError, check_report
+from bot.audit.verdict import verdict
+from bot.audit.verification import Verification
 from bot.cli.audit import audit_command
 from bot.run.audit_run import EXIT_REGRESSION, AuditReport
 from bot.run.candidate import (
@@ -104,11 +107,33 @@ def test_plan_under_a_candidate_speaks_of_the_candidates_stack(tmp_path):
         "reason": "r", "failure": "x", "added": "2026-01-01",
     }])  # fmt: skip
     subject = entry_subject(load_ledger(registry).entries[0])
-    plan = plan_entry(subject, None, PINS, {}, candidate="onnxscript==0.8.0")
+    at_pins = {"t5": Verification("t5", datetime.date(2026, 1, 2), dict(ONNX_PINS), "x", "still-needed", "open")}
+    plan = plan_entry(subject, None, PINS, at_pins, candidate="onnxscript==0.8.0")
     assert plan.due and plan.candidate == "onnxscript==0.8.0"
-    assert plan.versions["onnxscript"] == "0.8.0" and plan.moved_pins["onnxscript"] == ("0.7.2", "0.8.0")
-    unrelated = plan_entry(subject, None, PINS, {}, candidate="executorch==1.6.0")
+    assert plan.versions["onnxscript"] == "0.8.0" and plan.moved_pins == {"onnxscript": ("0.7.2", "0.8.0")}
+    unrelated = plan_entry(subject, None, PINS, at_pins, candidate="executorch==1.6.0")
     assert unrelated.candidate is None and unrelated.versions["onnxscript"] == "0.7.2"
+
+
+def test_a_candidate_equal_to_the_verified_release_is_no_move_and_never_removable(tmp_path):
+    """The false removal seen with a "too slow" entry: verified still-needed at onnx 1.21.0 (a non-pinned
+    stack), audited with --candidate onnx==1.21.0 while the pin is 1.23.2. The move pins → candidate is no
+    move of the entry: its reproducer passing there contradicts the verification and is never a removal."""
+    registry = write_registry(tmp_path, [{
+        "list": "ONNX_DISABLE_OPTIMIZE", "id": "resize-folding", "models": ["BertModel"], "backend": "onnx",
+        "scope": "static", "upstream": "https://github.com/onnx/onnx/issues/1", "dependency": "onnx",
+        "reason": "r", "failure": "timeout", "added": "2026-01-01",
+    }])  # fmt: skip
+    subject = entry_subject(load_ledger(registry).entries[0])
+    verified = {"resize-folding": Verification("resize-folding", datetime.date(2026, 1, 2),
+                                               dict(ONNX_PINS) | {"onnx": "1.21.0"}, "x", "still-needed", "open")}
+    plan = plan_entry(subject, None, PINS, verified, candidate="onnx==1.21.0")
+    assert plan.due and plan.moved_pins == {} and plan.versions["onnx"] == "1.21.0"
+    passed = {"model": "BertModel", "backend": "onnx", "dynamic": False, "status": "pass", "repro": "resize-folding",
+              "workaround_off": ["resize-folding"], "optimize": True, "max_abs_diff": {"y": 1e-6},
+              "versions": dict(ONNX_PINS) | {"onnx": "1.21.0"}}  # fmt: skip
+    result = verdict(subject, plan, None, [passed])
+    assert result.verdict == "not-reproduced" and "no pin of its stack moved since" in result.reasons[0]
 
 
 def test_candidate_refuses_recording_or_publishing_and_bad_specs(tmp_path):
@@ -157,6 +182,7 @@ def test_candidate_audit_in_a_real_isolated_environment(tmp_path):
     assert any("dinov2-registers-antialias-resize-onnx" in line for line in check["left_out"])
     [entry] = report["entries"]
     assert entry["due"] and "candidate onnxscript==0.7.1" in entry["due_reasons"]
-    assert entry["moved_pins"] == {"onnxscript": ["0.7.2", "0.7.1"]}
-    assert entry["verdict"] in ("still-needed", "changed", "removable"), entry["reasons"]
-    assert result.exit_code == {"removable": 3, "changed": 4, "still-needed": 0}[entry["verdict"]], result.output
+    # never verified in that registry: nothing was seen failing, so nothing moved since (never a removal)
+    assert entry["moved_pins"] == {}
+    assert entry["verdict"] in ("still-needed", "changed", "not-reproduced"), entry["reasons"]
+    assert result.exit_code == {"not-reproduced": 4, "changed": 4, "still-needed": 0}[entry["verdict"]], result.output

@@ -119,13 +119,20 @@ ROWS = [
     ("force", "open", recorded(AT_PINS), None, True, True, ["forced (--all / --entry)"], {}, "still-needed"),
     ("force-overrides-a-human-block", "closed:not_planned", recorded(AT_PINS), None, True, True,
      [f"upstream closed:not_planned: {HUMAN}", "forced (--all / --entry)"], {}, "still-needed"),
-    ("candidate-in-stack", "open", recorded(AT_PINS), "torch==2.14.0", False, True, ["candidate torch==2.14.0"],
-     {"torch": ("2.13.0", "2.14.0")}, "still-needed"),
+    ("candidate-in-stack", "open", recorded(AT_PINS), "torch==2.14.0", False, True,
+     ["torch 2.13.0 → 2.14.0", "candidate torch==2.14.0"], {"torch": ("2.13.0", "2.14.0")}, "still-needed"),
+    # Never verified: nothing was seen failing, so nothing can have moved since (a pass is not-reproduced).
     ("candidate-never-verified", "open", recorded(None), "torch==2.14.0", False, True,
-     ["never verified", "candidate torch==2.14.0"], {"torch": ("2.13.0", "2.14.0")}, None),
+     ["never verified", "candidate torch==2.14.0"], {}, None),
     ("candidate-blocked", "closed:not_planned", recorded(AT_PINS), "torch==2.14.0", False, False,
-     [f"upstream closed:not_planned: {HUMAN}", "candidate torch==2.14.0"], {"torch": ("2.13.0", "2.14.0")},
-     "still-needed"),
+     [f"upstream closed:not_planned: {HUMAN}", "torch 2.13.0 → 2.14.0", "candidate torch==2.14.0"],
+     {"torch": ("2.13.0", "2.14.0")}, "still-needed"),
+    # The move is judged against the versions the entry was verified at, not the pins: verified at torch
+    # 2.12.0, the candidate torch==2.12.0 is that very release (the pin 2.13.0 says nothing about it).
+    ("candidate-is-the-verified-release", "open", recorded(OLD_TORCH), "torch==2.12.0", False, True,
+     ["candidate torch==2.12.0"], {}, "still-needed"),
+    ("candidate-after-an-older-verification", "open", recorded(OLD_TORCH), "torch==2.14.0", False, True,
+     ["torch 2.12.0 → 2.14.0", "candidate torch==2.14.0"], {"torch": ("2.12.0", "2.14.0")}, "still-needed"),
     ("candidate-outside-stack", "open", recorded(AT_PINS), "onnx==1.24.0", False, False, [NOTHING], {},
      "still-needed"),
 ]  # fmt: skip

@@ -82,6 +82,8 @@ def record(kind: str, subject: Subject = SKIP) -> dict[str, Verification]:
                                            STILL_NEEDED, "open")},
         "changed-moved": {subject.id: Verification(subject.id, datetime.date(2026, 1, 2), versions | {"torch": "2.12.0"},
                                                    "x", CHANGED, "open")},
+        "superseded-moved": {subject.id: Verification(subject.id, datetime.date(2026, 1, 2),
+                                                      versions | {"torch": "2.12.0"}, "x", SUPERSEDED, "open")},
         "not-reproduced-moved": {subject.id: Verification(subject.id, datetime.date(2026, 1, 2),
                                                           versions | {"torch": "2.12.0"}, "x", NOT_REPRODUCED, "open")},
     }[kind]  # fmt: skip
@@ -133,7 +135,12 @@ ROWS = [
     ("pass+moved+no-upstream", SKIP, "none", "moved", [PASS, PASS], REMOVABLE, [f"{ALL_2}; upstream none{MOVED}"]),
     ("pass+moved+closed", SKIP, "closed:completed", "moved", [PASS, PASS], REMOVABLE,
      [f"{ALL_2}; upstream closed:completed{MOVED}"]),
-    ("pass+moved-after-changed", SKIP, "open", "changed-moved", [PASS, PASS], REMOVABLE,
+    # A changed verification saw the reproducer fail differently: the recorded failure was never seen, so a
+    # pass after a move is no proof the move fixed it. Superseded probes did see it: a move then removes.
+    ("pass+moved-after-changed", SKIP, "open", "changed-moved", [PASS, PASS], NOT_REPRODUCED,
+     [claims(ALL_2, "at the last verification it failed differently (changed): the recorded failure was never seen "
+                    "at the versions it was verified at, so nothing shows the move fixed it")]),
+    ("pass+moved-after-superseded", SKIP, "open", "superseded-moved", [PASS, PASS], REMOVABLE,
      [f"{ALL_2}; upstream open{MOVED}"]),
     ("pass+same-pins+open", SKIP, "open", "same", [PASS, PASS], NOT_REPRODUCED,
      [claims(ALL_2, "last verified still-needed, and no pin of its stack moved since")]),

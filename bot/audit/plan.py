@@ -170,6 +170,16 @@ def plan_entry(
     entry = as_subject(entry)
     stack = entry.stack
     versions = {name: pins.get(normalize_name(name)) for name in stack}
+    matched_candidate = None
+    if candidate is not None:
+        name, version = parse_candidate(candidate)
+        in_stack = next((n for n in stack if normalize_name(n) == normalize_name(name)), None)
+        if in_stack is not None:
+            matched_candidate = f"{name}=={version}"
+            # The re-run runs at the candidate: that is the stack a verdict speaks about. What moved is
+            # judged against the versions the entry was verified at, never against the pins: a candidate
+            # equal to the verified release moves nothing, whatever the pin file says.
+            versions = {**versions, in_stack: version}
     record = verification.get(entry.id)
     moved = _moved(record, versions) if record else {}
     reasons: list[str] = []
@@ -201,18 +211,9 @@ def plan_entry(
         reasons.append(f"{name} {old or '(unpinned)'} → {new or '(unpinned)'}")
         triggers += 1
 
-    matched_candidate = None
-    if candidate is not None:
-        name, version = parse_candidate(candidate)
-        in_stack = next((n for n in stack if normalize_name(n) == normalize_name(name)), None)
-        if in_stack is not None:
-            matched_candidate = f"{name}=={version}"
-            reasons.append(f"candidate {matched_candidate}")
-            triggers += 1
-            # The re-run runs at the candidate: that is the stack a verdict speaks about, and the move
-            # that would explain a removal.
-            moved = {**moved, in_stack: (versions[in_stack], version)}
-            versions = {**versions, in_stack: version}
+    if matched_candidate is not None:
+        reasons.append(f"candidate {matched_candidate}")
+        triggers += 1
     if force:
         reasons.append("forced (--all / --entry)")
 
