@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot.config import DEFAULT_RUNS, DEFAULT_TIMEOUT
+from bot.sweep.records import CRASHED, TIMEOUT, ended_without_outcome
 
 if TYPE_CHECKING:
     from bot.audit.plan import Subject
 
-TIMEOUT = "timeout"
 RunExport = Callable[[str, str, bool], dict[str, Any]]
 ProbeRunner = Callable[[str], RunExport]  # workaround name → a runner exporting without only that one
 # (entry id, workarounds to disable) → a runner exporting the entry's reproducer without those too
@@ -94,7 +94,8 @@ def subprocess_runner(
             if record.is_file():
                 return json.loads(record.read_text(encoding="utf-8"))
             tail = (done.stderr or done.stdout or "").strip()[-2000:]
-            return base | {"status": "failed", "error": f"exit {done.returncode} without an outcome: {tail}"}
+            # The sweep's text for the same crash (bot.sweep.records), so a failure copied from a sweep matches.
+            return base | {"status": CRASHED, "error": f"{ended_without_outcome(None, done.returncode)}: {tail}"}
 
     return run_export
 
