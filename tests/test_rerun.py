@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,26 @@ def test_a_hung_export_is_a_timeout_naming_its_reproducer(interpreter, monkeypat
     monkeypatch.setenv("STAND_IN_MODE", "hang")
     outcome = subprocess_runner(1, python=interpreter, repro="e")("BertModel", "dynamo", False)
     assert outcome == {"model": "BertModel", "backend": "dynamo", "dynamic": False, "repro": "e",
-                       "workarounds_disabled": [], "status": TIMEOUT, "error": "timed out after 1 s"}  # fmt: skip
+                       "workarounds_disabled": [], "status": TIMEOUT, "error": "timed out after 1 s",
+                       "command": "exportbot export BertModel --backend dynamo --static --repro e"}  # fmt: skip
+
+
+def test_a_slowness_entrys_budget_replaces_the_audit_timeout(interpreter, monkeypatch):
+    """The false removal of a "too slow" entry: with a long --timeout its slow export passed. Its budget_s is
+    the limit instead, whatever --timeout says, and running past it reads as the recorded timeout."""
+    monkeypatch.setenv("STAND_IN_MODE", "hang")  # the stand-in sleeps 60 s: slower than the budget, not --timeout
+    started = time.monotonic()
+    outcome = subprocess_runner(3600, python=interpreter, repro="e", budget_s=1)("BertModel", "onnx", False)
+    assert time.monotonic() - started < 30
+    assert (outcome["status"], outcome["error"]) == (TIMEOUT, "timed out after 1 s (the entry's budget_s)")
+    subject = Subject("e", ENTRY, "onnx", (Export("BertModel", "onnx", False),), ("onnx",), failure="timed out after")
+    plan = plan_entry(subject, None, {"onnx": "1.21.0"}, {}, force=True)
+    assert verdict(subject, plan, None, [outcome]).verdict == STILL_NEEDED
+
+
+def test_the_outcome_names_the_command_the_rerun_ran(interpreter):
+    outcome = subprocess_runner(30, python=interpreter, repro="e", extra_args=("--opset", "18"))("T5Model", "onnx", True)
+    assert outcome["command"] == "exportbot export T5Model --backend onnx --dynamic --repro e --opset 18"
 
 
 def test_a_child_that_dies_is_a_crash_with_its_last_words(interpreter, monkeypatch):

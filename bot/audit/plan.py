@@ -73,6 +73,7 @@ class Subject:
     failure: str | None = None
     list_name: str | None = None  # a ledger entry's list (ONNX_DISABLE_OPTIMIZE: its re-runs need the optimizer on)
     speed: bool = False  # a speed workaround: passing without it is expected, not evidence that it can go
+    budget_s: float | None = None  # a slowness entry's [entry.repro] budget_s: its re-runs' time limit
 
 
 def entry_subject(entry: LedgerEntry) -> Subject:
@@ -81,6 +82,7 @@ def entry_subject(entry: LedgerEntry) -> Subject:
     return Subject(
         entry.id, ENTRY, entry.backend, exports, tuple(BACKEND_STACK[entry.backend]),
         entry.upstream, entry.dependency, entry.failure, entry.list_name,
+        budget_s=entry.repro.budget_s if entry.repro is not None else None,
     )  # fmt: skip
 
 

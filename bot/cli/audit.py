@@ -258,10 +258,14 @@ def audit_command(
         tracker = _make_tracker(tracker_file, github_url, token_env, web_host, previous)
     except SnapshotError as error:
         raise UsageProblem(str(error)) from None
+    # A slowness entry's re-runs stop at its own budget_s, whatever --timeout says (bot.run.reruns).
+    budgets = {e.id: e.repro.budget_s for e in ledger.entries if e.repro is not None}
     run_export, probe_runner = subprocess_runner(timeout), lambda name: subprocess_runner(timeout, without=(name,))
-    entry_runner = lambda entry_id: subprocess_runner(timeout, repro=entry_id, registry=registry_dir)  # noqa: E731
+    entry_runner = lambda entry_id: subprocess_runner(  # noqa: E731
+        timeout, repro=entry_id, registry=registry_dir, budget_s=budgets.get(entry_id)
+    )
     supersession_runner = lambda entry_id, names: subprocess_runner(  # noqa: E731
-        timeout, repro=entry_id, without=names, registry=registry_dir
+        timeout, repro=entry_id, without=names, registry=registry_dir, budget_s=budgets.get(entry_id)
     )
     # The re-runs use this interpreter; with --candidate, the environment bot.run.venvs built from the pins.
     check_environment: EnvironmentCheck | None = EnvironmentCheck(sys.executable, pins)
@@ -276,9 +280,11 @@ def audit_command(
             raise SystemExit(EXIT_FAILED)
         env = environment
         run_export, probe_runner = env.runner(timeout), lambda name: env.runner(timeout, without=(name,))
-        entry_runner = lambda entry_id: env.runner(timeout, repro=entry_id, registry=registry_dir)  # noqa: E731
+        entry_runner = lambda entry_id: env.runner(  # noqa: E731
+            timeout, repro=entry_id, registry=registry_dir, budget_s=budgets.get(entry_id)
+        )
         supersession_runner = lambda entry_id, names: env.runner(  # noqa: E731
-            timeout, repro=entry_id, without=names, registry=registry_dir
+            timeout, repro=entry_id, without=names, registry=registry_dir, budget_s=budgets.get(entry_id)
         )
         check_environment = None
     with CountedProgress(Console(stderr=True), "re-run") as progress:

@@ -19,6 +19,7 @@ import click
 
 import exporters
 from bot.errors import EXIT_FAILED, EXIT_OK, UsageProblem, report_errors
+from bot.sweep.records import is_timeout_failure
 from exporters.ledger import LedgerEntry, check_ledger, default_registry_dir
 from exporters.utils import Workaround, all_workarounds, unresolved_targets
 
@@ -106,6 +107,18 @@ def _reproducer_messages(entries: Iterable[LedgerEntry]) -> list[LintMessage]:
                     )
                 )
     return messages
+
+
+def _slowness_without_budget(entries: Iterable[LedgerEntry]) -> list[LintMessage]:
+    """Entries whose ``failure`` is a timeout with no ``[entry.repro] budget_s``: without a budget of their own
+    they are judged by the audit's ``--timeout``, and a long one lets the slow export pass as a fix."""
+    return [
+        LintMessage(entry.path, entry.key_lines.get("failure", entry.line), "error",
+                    f"entry {entry.id!r}: its failure /{entry.failure}/ is a timeout, so it needs [entry.repro] "
+                    "budget_s (the seconds past which its export counts as too slow, whatever --timeout says)")
+        for entry in entries
+        if is_timeout_failure(entry.failure) and (entry.repro is None or entry.repro.budget_s is None)
+    ]  # fmt: skip
 
 
 def _import_exporter_modules() -> list[LintMessage]:
@@ -218,6 +231,7 @@ def lint(
     """
     entries, problems = check_ledger(Path(registry_dir))
     messages = [LintMessage(p.path, p.line, "error", p.message) for p in problems]
+    messages += _slowness_without_budget(entries)
     if check_classes:
         messages += _missing_classes(entries)
         messages += _reproducer_messages(entries)

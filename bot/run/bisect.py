@@ -193,7 +193,7 @@ class ExportProbe:
         where = {"python": python, "pythonpath": REPO_ROOT, "registry": self.registry}
         if self.subject.kind == WORKAROUND:
             return subprocess_runner(self.timeout, without=(self.subject.id,), **where)
-        return subprocess_runner(self.timeout, repro=self.subject.id, **where)
+        return subprocess_runner(self.timeout, repro=self.subject.id, budget_s=self.subject.budget_s, **where)
 
     def __call__(self, version: str) -> Probe:
         refused = unsupported_reason(self.package, version)

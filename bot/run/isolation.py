@@ -25,6 +25,7 @@ from bot.run.worker import ChildReport, ChildTask, kill_group, supervise
 from bot.sweep.records import (
     CRASHED,
     SCHEMA,
+    SWEEP_TIMEOUT,
     TIMEOUT,
     classify_against_entry,
     ended_without_outcome,
@@ -293,7 +294,7 @@ def _abnormal_end(report: ChildReport, info: SweepInfo, timeout: float) -> tuple
     if report.problem:
         return CRASHED, report.problem
     if report.timed_out:
-        return TIMEOUT, f"no outcome within {timeout:g} s; the export's process group was killed"
+        return TIMEOUT, SWEEP_TIMEOUT.format(seconds=timeout)
     return CRASHED, ended_without_outcome(info.signal, info.exit_code)
 
 

@@ -24,6 +24,18 @@ STATUSES = (PASS, FAILED, MISMATCH, INCONCLUSIVE, NONDETERMINISTIC, BUILD_ERROR,
 SAME_FAILURE, DIFFERENT_FAILURE, PASSES = "same-failure", "different-failure", "passes"
 
 
+# What an export that ran out of time reads as: the audit's re-run kills its child, the sweep its process group.
+RERUN_TIMEOUT = "timed out after {seconds:g} s"
+SWEEP_TIMEOUT = "no outcome within {seconds:g} s; the export's process group was killed"
+
+
+def is_timeout_failure(failure: str) -> bool:
+    """Whether a ledger entry's ``failure`` regex matches what a timed-out export reads as (status ``timeout``,
+    or either text): a slowness entry, which needs its own ``budget_s`` (``exportbot lint``)."""
+    texts = (TIMEOUT, RERUN_TIMEOUT.format(seconds=600), SWEEP_TIMEOUT.format(seconds=600))
+    return any(re.search(failure, text) for text in texts)
+
+
 def signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
