@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from fake_github import fake_github_fixture  # noqa: F401 (provides the fake_github fixture)
 from test_audit import PINS, write_registry
 
 from bot.audit.plan import Export, entry_subject, plan_entry
@@ -136,11 +137,10 @@ def test_a_candidate_equal_to_the_verified_release_is_no_move_and_never_removabl
     assert result.verdict == "not-reproduced" and "no pin of its stack moved since" in result.reasons[0]
 
 
-def test_candidate_refuses_recording_or_publishing_and_bad_specs(tmp_path):
+def test_candidate_refuses_publishing_and_bad_specs(tmp_path):
     registry = write_registry(tmp_path, [])
     base = ["--registry", str(registry), "--tracker", str(REPO_ROOT / "registry" / "upstream-snapshot.json")]
     for extra, message in (
-        (["--candidate", "onnx==1.24.0", "--update-verification"], "--update-verification cannot go with --candidate"),
         (["--candidate", "onnx==1.24.0", "--open-prs"], "--open-prs cannot go with --candidate"),
         (["--candidate", "onnx>=1.24"], "--candidate must be PKG==VERSION"),
     ):  # fmt: skip
@@ -186,3 +186,40 @@ def test_candidate_audit_in_a_real_isolated_environment(tmp_path):
     assert entry["moved_pins"] == {}
     assert entry["verdict"] in ("still-needed", "changed", "not-reproduced"), entry["reasons"]
     assert result.exit_code == {"not-reproduced": 4, "changed": 4, "still-needed": 0}[entry["verdict"]], result.output
+
+
+def test_a_candidate_audit_records_its_verifications_marked_as_not_the_pins(tmp_path, fake_github):
+    """``audit --candidate onnx==1.21.0 --update-verification``: a real bug recorded at the release it belongs
+    to, at the versions the re-runs ran with, marked as a non-pinned stack; the next audit at the pins sees
+    that stack move (onnx 1.21.0 → 1.23.2) and re-runs it."""
+    from test_audit import FakeRunner, tracker
+
+    from bot.audit.verification import load_verification, save_verification
+    from bot.run.audit_run import run_audit, verification_records
+
+    registry = write_registry(tmp_path, [{
+        "list": "ONNX_DISABLE_OPTIMIZE", "id": "resize", "models": ["BertModel"], "backend": "onnx", "scope": "static",
+        "upstream": "https://github.com/onnx/onnx/issues/1", "dependency": "onnx", "reason": "r",
+        "failure": "Resize", "added": "2026-01-01",
+    }])  # fmt: skip
+    ledger = load_ledger(registry)
+
+    class AtCandidate(FakeRunner):
+        def __call__(self, entry_id: str):
+            run = super().__call__(entry_id)
+            return lambda *args: run(*args) | {"versions": dict(PINS) | {"onnx": "1.21.0"}}
+
+    report = run_audit(ledger, tracker(fake_github), PINS, {}, None, entry_runner=AtCandidate("failed", "Resize: slow"),
+                       candidate="onnx==1.21.0", runs=1)  # fmt: skip
+    [record] = verification_records(report, datetime.date(2026, 12, 5))
+    assert (record.verdict, record.candidate, record.versions["onnx"]) == ("still-needed", "onnx==1.21.0", "1.21.0")
+    save_verification(registry, [record])
+    text = (registry / "verified.toml").read_text()
+    assert 'candidate = "onnx==1.21.0"' in text and 'onnx = "1.21.0"' in text
+    loaded = load_verification(registry)
+    assert loaded["resize"].candidate == "onnx==1.21.0"
+    again = plan_entry(entry_subject(ledger.entries[0]), None, PINS, loaded)
+    assert again.due and again.moved_pins == {"onnx": ("1.21.0", "1.23.2")}
+    at_pins = Verification("resize", datetime.date(2026, 12, 6), dict(ONNX_PINS), "x", "still-needed", "none")
+    save_verification(registry, [at_pins])
+    assert "candidate" not in (registry / "verified.toml").read_text()  # verified at the pins again: unmarked

@@ -203,7 +203,8 @@ def _make_tracker(
 @click.option(
     "--update-verification",
     is_flag=True,
-    help="Record re-run verdicts and versions in <registry>/verified.toml.",
+    help="Record re-run verdicts and versions in <registry>/verified.toml; with --candidate, at the candidate's "
+    "stack, marked as recorded at a non-pinned stack (how a bug is recorded at the release it belongs to).",
 )
 @click.option(
     "--write-snapshot",
@@ -240,9 +241,8 @@ def audit_command(
             parse_candidate(candidate)
         except ValueError as error:
             raise UsageProblem(str(error)) from None
-        if update_verification or open_prs:
-            flag = "--update-verification" if update_verification else "--open-prs"
-            raise UsageProblem(f"{flag} cannot go with --candidate: the candidate is not pinned yet")
+        if open_prs:
+            raise UsageProblem("--open-prs cannot go with --candidate: the candidate is not pinned yet")
     ledger = load_ledger(registry_dir)
     workarounds = _workaround_subjects(index_file, probes, entry_ids) if with_workarounds else []
     known = {e.id for e in ledger.entries} | {w.name for w, _ in workarounds}

@@ -298,7 +298,9 @@ def verification_records(
     report: AuditReport, today: datetime.date, *, workarounds: bool = False
 ) -> list[Verification]:
     """What to remember: entries (or workarounds) whose verdict came from a re-run, with the versions of
-    their stack the re-runs recorded (what ran, not what the pin file says)."""
+    their stack the re-runs recorded (what ran, not what the pin file says). Re-run at a ``--candidate``, the
+    record says so: it was verified at a stack that is not the pinned one, and the next audit at the pins
+    sees that stack move."""
     rows: Sequence[EntryReport | WorkaroundReport] = report.workarounds if workarounds else report.entries
     return [
         Verification(
@@ -308,6 +310,7 @@ def verification_records(
             exporter_version=report.exporter_version,
             verdict=row.verdict.verdict,
             upstream_state=describe_state(row.state),
+            candidate=row.plan.candidate or "",
         )
         for row in rows
         if row.plan is not None and row.verdict.verdict in RERUN_VERDICTS

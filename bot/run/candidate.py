@@ -21,8 +21,10 @@ environment (bot.run.venvs), so the development environment is never touched:
   that fails with the candidate is exported once more at the pins: failing there too means the record or
   reproducer is stale (``fails at the pins too``), not a regression.
 
-Nothing of a candidate audit is written to the verification state or proposed for removal: the pins
-have not moved yet (``exportbot pr`` refuses such a report).
+Nothing of a candidate audit is proposed for removal by the shrink PR (``exportbot pr`` refuses such a
+report: the pins have not moved yet; ``exportbot watch`` carries the removals on the bump PR that moves the
+pin). With ``--update-verification`` its re-runs are recorded in ``verified.toml`` at the candidate's stack,
+each record marked ``candidate = "PKG==VER"`` (recorded at a stack that is not the pinned one).
 """
 
 from __future__ import annotations
