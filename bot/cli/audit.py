@@ -158,8 +158,9 @@ def _make_tracker(
     type=click.IntRange(0),
     default=DEFAULT_SAMPLE,
     show_default=True,
-    help="Fastest passing exports to fill the --candidate regression sample up to (0: none); the ledger's "
-    "reproducers, exports firing a workaround with dependency = PKG and --regression-classes always run.",
+    help="Size of the --candidate regression sample (0: none): the ledger's reproducers, exports firing a "
+    "workaround with dependency = PKG and --regression-classes first, then the fastest passing exports; what "
+    "the budget leaves out is listed in the report.",
 )
 @click.option(
     "--regression-classes",
