@@ -98,6 +98,7 @@ def evidence_of(outcome: dict[str, Any]) -> dict[str, Any]:
         "versions": dict(outcome.get("versions") or {}),
         "workaround_off": _workaround_off(outcome),
         "workarounds_fired": sorted(outcome.get("workarounds_fired") or {}),
+        "command": outcome.get("command"),  # the `exportbot export` line the re-run ran (bot.run.reruns)
     }
 
 

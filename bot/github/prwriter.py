@@ -189,7 +189,7 @@ def proposal_from_report(row: Mapping[str, Any], report: Mapping[str, Any]) -> P
         pins={name: pins.get(normalize_name(name)) for name in stack_of(row["backend"])},
         reasons=tuple(row.get("reasons", ())),
         evidence=tuple(
-            {k: e.get(k) for k in ("model", "mode", "run", "status", "max_abs_diff")}
+            {k: e.get(k) for k in ("model", "mode", "run", "status", "max_abs_diff", "command")}
             for e in row.get("evidence", ())
         ),
         audited_at=str(report.get("generated_at", "")),
@@ -471,12 +471,21 @@ def _takeover_lines(proposal: Proposal) -> list[str]:
     ]
 
 
-def _section(proposal: Proposal, runs_required: int, by_hand: Mapping[str, str]) -> list[str]:
-    leave_out = f"--without {proposal.id}" if proposal.is_workaround else "--ignore-ledger"
-    commands = [
-        f"exportbot export {model} --backend {proposal.backend} --{mode} {leave_out}"
+def rerun_commands(proposal: Proposal) -> list[str]:
+    """The ``exportbot export`` lines the audit's re-runs ran (recorded in the evidence), one per export: what
+    a reviewer runs to see the pass. Evidence recorded before re-runs named their command gets the line the
+    re-run builds: ``--repro ID`` for a ledger entry (its reproducer, not the class's default tiny model),
+    ``--without NAME`` for a workaround."""
+    recorded = {(e.get("model"), e.get("mode")): e["command"] for e in proposal.evidence if e.get("command")}
+    leave_out = f"--without {proposal.id}" if proposal.is_workaround else f"--repro {proposal.id}"
+    return list(dict.fromkeys(
+        recorded.get((model, mode)) or f"exportbot export {model} --backend {proposal.backend} --{mode} {leave_out}"
         for model, mode in proposal.pairs()
-    ]
+    ))  # fmt: skip
+
+
+def _section(proposal: Proposal, runs_required: int, by_hand: Mapping[str, str]) -> list[str]:
+    commands = rerun_commands(proposal)
     commands += [
         f"exportbot export {t.get('model')} --backend {proposal.backend} --{t.get('mode')} --repro {proposal.id} "
         + " ".join(f"--without {name}" for name in t.get("without") or ())

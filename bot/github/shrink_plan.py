@@ -77,6 +77,7 @@ class RepoState:
     closed: tuple[tuple[int, Proposal], ...]  # (PR number, entry) of PRs closed unmerged
     comments: tuple[str, ...] = ()  # the open PR's comments, read only when a foreign commit is the tip
     dashboard_body: str | None = None  # the dashboard issue's body as it stands (None: no dashboard yet)
+    closed_heads: frozenset[str] = frozenset()  # head commits of the PRs a human closed unmerged (rejected)
 
 
 # ── What a run does (pure) ──
@@ -201,7 +202,13 @@ def plan_shrink(
     # An entry the PR proposed (and its branch removed) dropped out: merging or adding a commit would
     # leave its removal in the PR's diff, so the branch starts again from the base.
     dropped = {p.id for p in previous if not p.removal} - {p.id for p in proposals}
-    plan.rebuild = bool(dropped) and tip is not None and tip.sha != state.base_sha
+    # No open PR uses the branch, and its tip is a commit a maintainer rejected (its PR closed unmerged) or
+    # holds other removals: a new PR starts from the base, never on top of the rejected commit (which would
+    # then need a second commit re-adding its entries). A tip that already holds exactly these removals (a
+    # run stopped after its push) is kept.
+    abandoned = pull is None and tip is not None and tip.sha != state.base_sha and (
+        tip.sha in state.closed_heads or not same_files)  # fmt: skip
+    plan.rebuild = (bool(dropped) and tip is not None and tip.sha != state.base_sha) or abandoned
     if recreate or plan.rebuild or not same_files:
         if tip is None or recreate or plan.rebuild or tip.sha == state.base_sha:
             plan.parents = (state.base_sha,)
