@@ -112,8 +112,29 @@ def test_outputs_registered_without_keys_are_named_by_their_fields():
     assert [leaf for _, leaf in leaves_with_path({"x": hidden})] == [hidden]
 
 
+class _ReturnsOldStyleOutput(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> OldStyleOutput:
+        return OldStyleOutput(last_hidden_state=x * 2, pooler_output=x.sum(-1))
+
+
+def test_a_bundle_describes_outputs_registered_without_keys(tmp_path):
+    """At transformers 5.12.1 CanineModel and every MoE model (CanineModelOutputWithPooling,
+    MoeModelOutputWithPast) failed in the bundle's own output description, which called pytree's
+    tree_flatten_with_path: exportbot's failure, not the release's, reported as three regressions."""
+    import exporters
+    from exporters import DynamoExporter
+
+    inputs = {"x": torch.randn(2, 3)}
+    DynamoExporter().export(_ReturnsOldStyleOutput(), inputs).save(tmp_path / "bundle")
+    loaded = exporters.load(tmp_path / "bundle")
+    assert [spec.name for spec in loaded.metadata.components["model"].outputs] == ["last_hidden_state", "pooler_output"]
+    again = loaded(**inputs)
+    assert type(again) is OldStyleOutput and torch.allclose(again["pooler_output"], inputs["x"].sum(-1))
+
+
 # The window's edges and a middle release (docs/version-window.md has every measured one).
 EDGES = [("transformers", "5.0.0", "BertModel", "onnx"), ("transformers", "5.12.1", "BertModel", "onnx"),
+         ("transformers", "5.12.1", "CanineModel", "onnx"), ("transformers", "5.12.1", "MixtralModel", "onnx"),
          ("transformers", "5.0.0", "LlamaForCausalLM", "executorch"), ("onnxscript", "0.6.0", "BertModel", "onnx"),
          ("onnx", "1.21.0", "BertModel", "onnx"), ("onnxruntime", "1.27.0", "BertModel", "onnx"),
          ("executorch", "1.4.0", "LlamaForCausalLM", "executorch")]  # fmt: skip

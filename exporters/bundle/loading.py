@@ -24,6 +24,7 @@ import torch.utils._pytree as pytree
 from exporters.bundle.format import DEFAULT_COMPONENT, ComponentSpec, Manifest, TracedInt, read_manifest
 from exporters.bundle.runners import open_runner
 from exporters.bundle.signature import dtype_name, map_traced_constants
+from exporters.flatten import leaves_with_path
 from exporters.validation import leaf_name
 
 __all__ = ["ExportedComponent", "ExportedModel", "InputError", "load", "register_bundle_types"]
@@ -82,7 +83,7 @@ class ExportedComponent:
         self.in_spec = pytree.treespec_loads(spec.in_spec)
         self.out_spec = pytree.treespec_loads(spec.out_spec)
         placeholder = pytree.tree_unflatten([0] * self.in_spec.num_leaves, self.in_spec)
-        self.leaf_names = [leaf_name(path) for path, _ in pytree.tree_flatten_with_path(placeholder)[0]]
+        self.leaf_names = [leaf_name(path) for path, _ in leaves_with_path(placeholder)]
         self.has_traced_constants = map_traced_constants(self.out_spec, lambda value: value) is not self.out_spec
         self.runner = open_runner(directory, spec)
 
@@ -121,8 +122,7 @@ class ExportedComponent:
         unexpected = [name for name in kwargs if name not in spec.arguments]
         if unexpected:
             raise InputError(f"unexpected input {unexpected[0]!r}: {self._takes()}")
-        flat, _ = pytree.tree_flatten_with_path({name: kwargs[name] for name in spec.arguments})
-        leaves = {leaf_name(path): value for path, value in flat}
+        leaves = {leaf_name(path): value for path, value in leaves_with_path({name: kwargs[name] for name in spec.arguments})}
         # Leaves by name, not TreeSpec equality: a cache's constants (a layer's length so far) may differ from
         # the traced ones without changing what the artifact takes.
         if list(leaves) != self.leaf_names:

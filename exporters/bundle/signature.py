@@ -19,6 +19,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from exporters.bundle.format import ComponentSpec, ConstantLeaf, DimRange, TensorSpec, TracedInt
+from exporters.flatten import leaves_with_path
 from exporters.validation import leaf_name
 
 __all__ = ["constant_outputs", "describe_component", "dtype_name", "map_traced_constants", "output_structure", "pytree_type_names",
@@ -234,7 +235,9 @@ def describe_component(
     """The manifest entry for one exported program: its inputs as the caller passes them (leaf names in
     flattening order), its outputs as eager returns them, both pytree specs, and every named dim's range."""
     arguments = list(inputs)
-    flat, in_spec = pytree.tree_flatten_with_path(dict(inputs))
+    # leaves_with_path, not pytree's own: a transformers release before 5.13 registers its ModelOutputs
+    # without keys, and pytree.tree_flatten_with_path refuses them (exporters.flatten).
+    flat, in_spec = leaves_with_path(dict(inputs)), pytree.tree_structure(dict(inputs))
     tensor_leaves = [(leaf_name(path), leaf) for path, leaf in flat if isinstance(leaf, torch.Tensor)]
     placeholders = [n for n in user_input_placeholders(program) if isinstance(n.meta.get("val"), torch.Tensor)]
     if len(placeholders) != len(tensor_leaves):
@@ -248,7 +251,7 @@ def describe_component(
         for (name, _), node in zip(tensor_leaves, placeholders)
     ]
     outputs = output_structure(program)
-    out_flat, out_spec = pytree.tree_flatten_with_path(outputs)
+    out_flat, out_spec = leaves_with_path(outputs), pytree.tree_structure(outputs)
     output_specs = [
         TensorSpec(leaf_name(path), dtype_name(value.dtype), namer.shape(value.shape, leaf_name(path)))
         for path, value in out_flat
