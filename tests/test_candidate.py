@@ -81,14 +81,14 @@ def test_regression_rows_tell_a_regression_from_a_stale_record_and_a_pass():
         return run
 
     sample = [SampledExport(Export("BertModel", "onnx", False), reasons=("fastest",))]
-    [holds] = check_regressions(sample, "onnxscript", runner("pass", "0.8.0"), runner("pass", "0.7.2"))
+    [holds] = check_regressions(sample, ["onnxscript"], runner("pass", "0.8.0"), runner("pass", "0.7.2"))
     assert (holds.result, holds.ran_with, holds.pinned) == (HOLDS, "0.8.0", None)  # no second export
-    [broken] = check_regressions(sample, "onnxscript", runner("failed", "0.8.0"), runner("pass", "0.7.2"))
+    [broken] = check_regressions(sample, ["onnxscript"], runner("failed", "0.8.0"), runner("pass", "0.7.2"))
     assert broken.result == REGRESSION and broken.pinned["status"] == "pass"
-    [stale] = check_regressions(sample, "onnxscript", runner("failed", "0.8.0"), runner("failed", "0.7.2"))
+    [stale] = check_regressions(sample, ["onnxscript"], runner("failed", "0.8.0"), runner("failed", "0.7.2"))
     assert stale.result == STALE
 
-    environment = CandidateEnvironment("onnxscript", "0.8.0", Path("/nowhere/python"), layered=True)
+    environment = CandidateEnvironment((("onnxscript", "0.8.0"),), Path("/nowhere/python"), layered=True)
     check = CandidateCheck(environment, ["sweeps/catalogue/onnx-static-shard-6-of-8.jsonl"], [holds, broken, stale],
                            ["t5-cast-folding"])
     report = AuditReport([], dict(PINS), "aee41f0ad3ec", 1, "onnxscript==0.8.0", candidate_check=check)

@@ -127,8 +127,21 @@ def save_verification(
     that were removed from the ledger, so the file never outlives its entries.
     """
     path = verification_path(registry_dir, filename)
-    old_text = path.read_text(encoding="utf-8") if path.is_file() else _HEADERS[filename]
-    document = tomlkit.parse(old_text)
+    old_text = path.read_text(encoding="utf-8") if path.is_file() else None
+    new_text = merged_text(old_text, records, keep_ids=keep_ids, filename=filename)
+    if new_text == old_text:
+        return False
+    path.write_text(new_text, encoding="utf-8")
+    return True
+
+
+def merged_text(
+    old_text: str | None, records: Iterable[Verification], *, keep_ids: Iterable[str] | None = None,
+    filename: str = VERIFIED_FILE,
+) -> str:  # fmt: skip
+    """The verification file's text with ``records`` merged in (minimal edits; None: a new file). What
+    :func:`save_verification` writes, and what a bump PR commits (the records at the new versions)."""
+    document = tomlkit.parse(old_text if old_text is not None else _HEADERS[filename])
     if keep_ids is not None:
         kept = set(keep_ids)
         for stale in [key for key in document if key not in kept]:
@@ -147,11 +160,7 @@ def save_verification(
         elif "candidate" in table:  # verified at the pins again: no longer a non-pinned record
             del table["candidate"]
         _set_versions(table, record.versions)
-    new_text = document.as_string()
-    if new_text == old_text and path.is_file():
-        return False
-    path.write_text(new_text, encoding="utf-8")
-    return True
+    return document.as_string()
 
 
 def _set(table: Table, key: str, value: object) -> None:
