@@ -381,10 +381,11 @@ def git_blob_sha(text: str) -> str:
 
 
 # ── Commits ──
-def commit_message(proposals: Sequence[Proposal], base_sha: str) -> str:
-    """The bot's commit message; its trailers mark the commit as the bot's and name the base it used."""
-    ids = ", ".join(p.id for p in proposals)
-    return f"{pr_title(proposals)}\n\nRemoves: {ids}\n\n{BOT_TRAILER}\n{BASE_TRAILER}: {base_sha}\n"
+def commit_message(title: str, summary: Sequence[str], base_sha: str) -> str:
+    """The bot's commit message (the shrink PR's and a bump PR's); its trailers mark the commit as the bot's and
+    name the base it used."""
+    lines = "".join(f"{line}\n" for line in summary)
+    return f"{title}\n\n{lines}\n{BOT_TRAILER}\n{BASE_TRAILER}: {base_sha}\n"
 
 
 def read_trailers(message: str) -> tuple[bool, str | None]:
