@@ -46,6 +46,7 @@ BASE_TRAILER = "Exportbot-Base"
 WORKAROUND_LIST = "workaround"  # Proposal.list_name of a registered workaround (not a ledger entry)
 MAX_PROPOSALS = 20  # one entry's section is 2-3 kB; GitHub refuses bodies over 65,536 characters
 _BLOCK = re.compile(r"<!-- exportbot:entry (\{.*?\}) -->")
+HELD_BLOCK = re.compile(r"<!-- exportbot:(?:entry|bump) \{")  # what a PR proposed, in its body (a bump PR's moves too)
 _HUMAN_MARKER = "<!-- exportbot:human-commit {sha} -->"
 _BASE_LINE = re.compile(rf"^{BASE_TRAILER}: ([0-9a-f]{{40}})$", re.MULTILINE)
 
@@ -485,7 +486,9 @@ def rerun_commands(proposal: Proposal) -> list[str]:
     ))  # fmt: skip
 
 
-def _section(proposal: Proposal, runs_required: int, by_hand: Mapping[str, str]) -> list[str]:
+def proposal_section(proposal: Proposal, runs_required: int, by_hand: Mapping[str, str]) -> list[str]:
+    """One proposed removal's section of a PR body (the shrink PR's and a bump PR's): what goes, upstream, the
+    versions re-run at, the verdict, the evidence per run, the command reproducing it, its hidden block."""
     commands = rerun_commands(proposal)
     commands += [
         f"exportbot export {t.get('model')} --backend {proposal.backend} --{t.get('mode')} --repro {proposal.id} "
@@ -557,7 +560,7 @@ def pr_body(
     ]
     lines.append("")
     for proposal in proposals:
-        lines += _section(proposal, runs_required, by_hand)
+        lines += proposal_section(proposal, runs_required, by_hand)
     lines += [
         "---",
         f"Maintained by exportbot on `{branch}`: it rewrites this description and adds commits while it is "

@@ -57,12 +57,16 @@ NO_COMMIT = "0" * 40  # --local outside a git checkout: the base has no commit t
 
 
 # ── The run ──
-def _plan(
-    report: Mapping[str, Any], state: RepoState, config: BotConfig, recreate: bool
+Planner = Callable[[Mapping[str, Any], RepoState, Ledger, Path], ShrinkPlan]
+
+
+def plan_on_base(
+    report: Mapping[str, Any], state: RepoState, config: BotConfig, planner: Planner
 ) -> tuple[ShrinkPlan, Ledger, dict, Mapping[str, Any], str | None]:
-    """Plan against the base files of ``state`` (written to a scratch registry for the ledger code), with the
-    report scoped to the entries the base's ledger lists as the audit saw them (bot.audit.report.scope_to_ledger:
-    a report of another ledger is refused before any write). Also returns the scoped report and the warning."""
+    """``planner(report, state, base ledger, base registry dir)`` against the base files of ``state`` (written to
+    a scratch registry for the ledger code; the shrink PR's planner and a bump PR's), with the report scoped to
+    the entries the base's ledger lists as the audit saw them (bot.audit.report.scope_to_ledger: a report of
+    another ledger is refused before any write). Also returns the scoped report and the warning."""
     with tempfile.TemporaryDirectory(prefix="exportbot-base-") as scratch:
         base_dir = Path(scratch)
         for name in [*LIST_FILES.values(), VERIFIED_FILE]:
@@ -80,8 +84,11 @@ def _plan(
                  else None for name in LIST_FILES.values()}  # fmt: skip
         report, warning = scope_to_ledger(report, texts, ledger.entries, config.base_branch)
         verification = load_verification(base_dir)
-        plan = plan_shrink(report, state, ledger, base_dir, config, recreate=recreate)
-        return plan, ledger, verification, report, warning
+        return planner(report, state, ledger, base_dir), ledger, verification, report, warning
+
+
+def _shrink_planner(config: BotConfig, recreate: bool) -> Planner:
+    return lambda report, state, ledger, base_dir: plan_shrink(report, state, ledger, base_dir, config, recreate=recreate)
 
 
 def _dashboard(outcome: ShrinkOutcome, report: Mapping[str, Any], ledger: Ledger, verification: dict,
@@ -106,7 +113,7 @@ def open_or_update_pr(
     check_repository(report, config.repository)
     session = GitHubSession(github, config, sleep, max_wait)
     state = session.read_state(wanted_paths(config, report), proposed_sources)
-    plan, ledger, verification, report, warning = _plan(report, state, config, recreate)
+    plan, ledger, verification, report, warning = plan_on_base(report, state, config, _shrink_planner(config, recreate))
     outcome = ShrinkOutcome(plan, apply, done=session.done, warnings=[warning] if warning else [])
     if apply:
         session.apply(plan, outcome)
@@ -129,7 +136,7 @@ def plan_locally(report: Mapping[str, Any], config: BotConfig, root: Path) -> Sh
     report = check_report(report)
     check_repository(report, config.repository)
     state = local_state(root, wanted_paths(config, report))
-    plan, ledger, verification, report, warning = _plan(report, state, config, recreate=False)
+    plan, ledger, verification, report, warning = plan_on_base(report, state, config, _shrink_planner(config, False))
     outcome = ShrinkOutcome(plan, applied=False, against=f"{root} at {state.base_sha[:12]}",
                             warnings=[warning] if warning else [])
     if config.dashboard:

@@ -78,6 +78,7 @@ class RepoState:
     comments: tuple[str, ...] = ()  # the open PR's comments, read only when a foreign commit is the tip
     dashboard_body: str | None = None  # the dashboard issue's body as it stands (None: no dashboard yet)
     closed_heads: frozenset[str] = frozenset()  # head commits of the PRs a human closed unmerged (rejected)
+    rejected: tuple[tuple[int, str], ...] = ()  # (number, body) of every PR of the branch closed unmerged
 
 
 # ── What a run does (pure) ──
@@ -155,6 +156,25 @@ def _verification_changes(
     return changes
 
 
+def removal_changes(
+    selection: Selection, state: RepoState, base_dir: Path, config: BotConfig
+) -> tuple[Selection, dict[str, tuple[str, str]], dict[str, str]]:
+    """What removing the selected entries and workarounds changes (repository path → (base text, new text)):
+    the ledger files, the workarounds' source files and the verification files without their records; and
+    workaround id → why it is left to delete by hand. A selection of only such workarounds proposes nothing."""
+    sources, by_hand = workaround_changes(state.base_files, selection.proposals)
+    if all(p.id in by_hand for p in selection.proposals):  # nothing to commit: the dashboard lists them
+        notes = selection.notes | {i: "removable; delete by hand (not self-contained)" for i in by_hand}
+        selection = dataclasses.replace(selection, proposals=(), notes=notes)
+    ledger_ids = [p.id for p in selection.proposals if not p.is_workaround]
+    changes = {
+        _repo_path(config, path.name): (state.base_files.get(_repo_path(config, path.name), ""), text)
+        for path, text in shrink_changes(base_dir, ledger_ids).items()
+    } | {path: (state.base_files[path], text) for path, text in sources.items()}
+    changes |= _verification_changes(state.base_files, config, selection.proposals, by_hand)
+    return selection, changes, by_hand
+
+
 def plan_shrink(
     report: Mapping[str, Any], state: RepoState, ledger: Ledger, base_dir: Path, config: BotConfig,
     *, recreate: bool = False,
@@ -165,17 +185,8 @@ def plan_shrink(
     selection = select_proposals(
         report, ledger, previous, state.closed, config.runs, base_sources=state.base_files
     )
-    sources, by_hand = workaround_changes(state.base_files, selection.proposals)
-    if all(p.id in by_hand for p in selection.proposals):  # nothing to commit: the dashboard lists them
-        notes = selection.notes | {i: "removable; delete by hand (not self-contained)" for i in by_hand}
-        selection = dataclasses.replace(selection, proposals=(), notes=notes)
+    selection, changes, by_hand = removal_changes(selection, state, base_dir, config)
     proposals = selection.proposals
-    ledger_ids = [p.id for p in proposals if not p.is_workaround]
-    changes = {
-        _repo_path(config, path.name): (state.base_files.get(_repo_path(config, path.name), ""), text)
-        for path, text in shrink_changes(base_dir, ledger_ids).items()
-    } | {path: (state.base_files[path], text) for path, text in sources.items()}
-    changes |= _verification_changes(state.base_files, config, proposals, by_hand)
     plan = ShrinkPlan(
         selection, changes, pr_title(proposals), pr_body(proposals, config.runs, config.branch, by_hand),
         draft=any(p.shortfall(config.runs) for p in proposals), branch=config.branch,

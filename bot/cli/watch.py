@@ -1,0 +1,236 @@
+"""``exportbot watch``: find new releases of the pinned stack, audit each group's candidate, keep one rolling
+bump PR per group that moves the pins and carries the removals the release allows.
+
+Data flows one way: the package index (bot.run.index: ``pip index versions``, upload times) → what is proposed
+(bot.audit.releases: final releases newer than the pin, old enough, coupled packages together) → per group the
+GitHub state of its bump PR (GET only: an open PR already proposing these versions, or a human having closed
+one, ends the group there with no audit and no write) → the candidate environment and audit (bot.run.watch) →
+what the PR proposes (bot.audit.bump) → the PR (bot.github.bump). A dry run unless ``--apply`` (or ``CI=true``
+with a token); ``--local`` plans against the checkout with no GitHub at all; ``--list`` stops after the index.
+
+Exit codes: 0 done (whatever was found, regressions included: they are the PR's content); 1 the index or
+GitHub could not be read or written (one line says which step); 2 bad options or configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from bot.audit.bump import decide_bump
+from bot.audit.pins import find_pin_file, normalize_name, read_pins
+from bot.audit.releases import WatchPlan, plan_watch, watched_packages
+from bot.audit.verification import WORKAROUNDS_VERIFIED_FILE, load_verification
+from bot.audit.workaround_index import DEFAULT_JSON
+from bot.cli.audit import _make_tracker, _workaround_subjects, audit_with_progress
+from bot.cli.json_output import emit_json, json_file_option
+from bot.cli.options import (
+    github_url_option,
+    pins_option,
+    registry_option,
+    token_env_option,
+    venv_cache_option,
+)
+from bot.cli.pr import _load, make_github, print_outcome, should_apply
+from bot.errors import EXIT_FAILED, UsageProblem, report_errors
+from bot.github.bump import checked_lines, propose_bump, read_bump
+from bot.github.shrink_session import ShrinkStopped
+from bot.github.tracker import SnapshotError, _token_from_env
+from bot.run.audit_run import verification_records
+from bot.run.index import IndexFailure, IndexSession
+from bot.run.venvs import DEFAULT_CACHE, EnvironmentFailure, Uninstallable, pinned_environment
+from bot.run.watch import GroupRun, WatchSettings, run_group
+from exporters.ledger import default_registry_dir, load_ledger
+
+
+def find_releases(pins: dict[str, str], index: IndexSession, coupled: Any, min_age: float,
+                  now: datetime.datetime) -> WatchPlan:  # fmt: skip
+    """Ask the index about every pinned package of the stack and decide what to propose."""
+    packages = [name for name in watched_packages() if normalize_name(name) in pins]
+    try:
+        offered = {name: index.releases(name) for name in packages}
+    except IndexFailure as error:
+        click.echo(f"error: {error}", err=True)
+        raise SystemExit(EXIT_FAILED) from None
+    return plan_watch(pins, offered, coupled, now, min_age, packages)
+
+
+def render_plan(plan: WatchPlan, min_age: float) -> Table:
+    table = Table(title=f"new releases of the pinned stack (minimum age {min_age:g} days)")
+    for column in ("group", "moves", "not proposed yet"):
+        table.add_column(column, overflow="fold")
+    for candidate in plan.candidates:
+        table.add_row(candidate.group, escape(candidate.describe()), escape("; ".join(candidate.waiting) or "—"))
+    for group, why in plan.quiet.items():
+        table.add_row(group, "—", escape(why))
+    return table
+
+
+def _group_record(run: GroupRun | None, group: str, moves: dict, skipped: str | None = None,
+                  outcome: Any = None) -> dict[str, Any]:  # fmt: skip
+    """One group's line of ``watch --json``."""
+    record: dict[str, Any] = {"group": group, "moves": {k: list(v) for k, v in moves.items()}, "skipped": skipped}
+    if run is not None:
+        report = run.report.as_dict() if run.report else None
+        record |= {"problem": run.problem, "environment_seconds": run.build_seconds, "audit_seconds": run.audit_seconds,
+                   "export_processes": run.reruns, "report": report}  # fmt: skip
+    if outcome is not None:
+        plan = outcome.plan
+        record |= {"pr": {"title": plan.title, "draft": plan.draft, "steps": outcome.done if outcome.applied else
+                          plan.steps(), "url": outcome.pr_url, "diff": outcome.diff, "body": plan.body,
+                          "removals": [p.id for p in plan.selection.proposals]}}  # fmt: skip
+    return record
+
+
+@click.command("watch")
+@click.option("--list", "list_only", is_flag=True, help="Print the candidates the index offers and stop.")
+@click.option("--group", "groups", multiple=True, metavar="NAME",
+              help="Only this package group (its first package's name, e.g. torch); repeatable.")  # fmt: skip
+@click.option("--min-age", type=click.FloatRange(0), default=None, metavar="DAYS",
+              help="Minimum release age in days [default: [tool.exportbot] min_release_age_days, 3].")  # fmt: skip
+@registry_option
+@pins_option
+@click.option("--tracker", "tracker_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Upstream issue states from this snapshot, offline (registry/upstream-snapshot.json).")  # fmt: skip
+@click.option("--workarounds/--no-workarounds", "with_workarounds", default=True, show_default=True,
+              help="Also re-run the registered workarounds whose stack or dependency has a moved package.")  # fmt: skip
+@click.option("--probes", type=click.IntRange(1), default=1, show_default=True,
+              help="Exports re-run per workaround (from the workaround index).")  # fmt: skip
+@click.option("--runs", type=click.IntRange(1), default=None,
+              help="Re-runs per export [default: [tool.exportbot] runs].")  # fmt: skip
+@click.option("--timeout", type=click.FloatRange(min=1), default=None,
+              help="Seconds before one export is killed [default: [tool.exportbot] timeout].")  # fmt: skip
+@click.option("--regression-sample", type=click.IntRange(0), default=8, show_default=True,
+              help="Exports in each candidate's regression sample (0: none).")  # fmt: skip
+@click.option("--regression-results", "regression_files", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              multiple=True, help="Sweep results to draw the sample from [default: the committed records].")  # fmt: skip
+@click.option("--regression-classes", "classes_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              default=None, help="Also re-run these: one 'CLASS [BACKEND[/static|dynamic]]' a line.")  # fmt: skip
+@venv_cache_option
+@click.option("--apply/--dry-run", "apply", default=None,
+              help="Write the bump PRs, or only print them [default: write only when CI=true and a token is set].")  # fmt: skip
+@click.option("--local", is_flag=True,
+              help="Plan against the local checkout: print the exact diff and PR body, no GitHub, no token.")  # fmt: skip
+@github_url_option
+@token_env_option
+@click.option("--repo", "repository", default=None, metavar="OWNER/NAME",
+              help="Repository of the PRs [default: [tool.exportbot] repository, then $GITHUB_REPOSITORY].")  # fmt: skip
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="pyproject.toml with [tool.exportbot] [default: the nearest one].")  # fmt: skip
+@json_file_option("the watch run (per group: moves, environment, audit report, PR)", "docs/github-actions.md")
+@report_errors
+def watch_command(
+    list_only: bool, groups: tuple[str, ...], min_age: float | None, registry_dir: Path | None, pin_file: Path | None,
+    tracker_file: Path | None, with_workarounds: bool, probes: int, runs: int | None, timeout: float | None,
+    regression_sample: int, regression_files: tuple[Path, ...], classes_file: Path | None, cache_dir: Path | None,
+    apply: bool | None, local: bool, github_url: str | None, token_env: str | None, repository: str | None,
+    config_file: Path | None, json_file: Path | None,
+) -> None:  # fmt: skip
+    """Propose new releases of the pinned stack as one rolling bump PR per package group.
+
+    For each group (coupled packages together: executorch and torchao move with torch) the newest final
+    release past the minimum age is installed in an isolated environment; every ledger entry and workaround
+    whose stack has a moved package is re-run there, plus a regression sample; the PR moves the pin and
+    removes what the release makes unnecessary, or stays a draft naming each regression.
+
+    Examples:
+      exportbot watch --list
+      exportbot watch --local --tracker registry/upstream-snapshot.json
+      exportbot watch --group onnxscript --no-workarounds --regression-sample 2
+      exportbot watch --apply --repo me/exportbot
+    """
+    config, root = _load(config_file, repository)
+    if local and apply:
+        raise UsageProblem("--local only plans (no GitHub): it cannot go with --apply")
+    registry_dir = registry_dir or (root / config.registry if (root / config.registry).is_dir() else default_registry_dir())
+    pin_path = pin_file or find_pin_file(registry_dir)
+    pins, pin_text = read_pins(pin_path), pin_path.read_text(encoding="utf-8")
+    minimum = config.min_release_age_days if min_age is None else min_age
+    index = IndexSession()
+    plan = find_releases(pins, index, config.coupled, minimum, datetime.datetime.now(datetime.UTC))
+    unknown = [g for g in groups if g not in {c.group for c in plan.candidates} | set(plan.quiet)]
+    if unknown:
+        raise UsageProblem(f"no package group {', '.join(map(repr, unknown))} (groups: "
+                           f"{', '.join([*(c.group for c in plan.candidates), *plan.quiet])})")  # fmt: skip
+    console = Console(stderr=json_file is not None and str(json_file) == "-")
+    console.print(render_plan(plan, minimum))
+    record: dict[str, Any] = {"index": {"pip_runs": index.pip_runs, "http_requests": index.http_requests,
+                                        "index_url": index.index_url}, "groups": []}  # fmt: skip
+    if list_only:
+        if json_file is not None:
+            emit_json(record | {"candidates": [{"group": c.group, "moves": c.moves, "waiting": c.waiting}
+                                               for c in plan.candidates], "quiet": plan.quiet}, json_file)  # fmt: skip
+        return
+    token = None if local else _token_from_env(token_env)
+    apply_now = False if local else should_apply(apply, token is not None)
+    github = None if local or config.repository is None else make_github(github_url, token)
+    ledger = load_ledger(registry_dir)
+    try:
+        tracker = _make_tracker(tracker_file, github_url, token_env, None, None)
+    except SnapshotError as error:
+        raise UsageProblem(str(error)) from None
+    cache = cache_dir or DEFAULT_CACHE
+    try:
+        pinned_python = pinned_environment(pin_text, pins, cache)
+    except (Uninstallable, EnvironmentFailure) as error:
+        click.echo(f"error: cannot build an environment at the pins of {pin_path}: {error}", err=True)
+        raise SystemExit(EXIT_FAILED) from None
+    settings = WatchSettings(
+        registry_dir, pin_text, timeout or config.timeout, runs or config.runs, regression_sample, cache,
+        regression_files, classes_file, pinned_python,
+        _workaround_subjects(DEFAULT_JSON, probes, ()) if with_workarounds else [],
+        load_verification(registry_dir, WORKAROUNDS_VERIFIED_FILE),
+    )  # fmt: skip
+    verification = load_verification(registry_dir)
+    code = 0
+    for candidate in plan.candidates:
+        if groups and candidate.group not in groups:
+            continue
+        try:
+            code = max(code, _watch_group(candidate, config, github, root, ledger, tracker, pins, verification,
+                                          settings, apply_now, console, record))  # fmt: skip
+        except ShrinkStopped as stop:
+            click.echo(f"{candidate.group}: {stop.explain()}", err=True)
+            code = EXIT_FAILED
+    record["index"] |= {"pip_runs": index.pip_runs, "http_requests": index.http_requests}
+    if json_file is not None:
+        emit_json(record, json_file)
+    click.get_current_context().exit(code)
+
+
+def _watch_group(candidate: Any, config: Any, github: Any, root: Path, ledger: Any, tracker: Any, pins: dict,
+                 verification: dict, settings: WatchSettings, apply_now: bool, console: Console,
+                 record: dict[str, Any]) -> int:  # fmt: skip
+    """One group: skip what is already proposed or turned down, else audit the candidate and plan its PR."""
+    group, moves = candidate.group, dict(candidate.moves)
+    bump = read_bump(config, group, github, root)
+    skipped = bump.skip_reason(moves, group)
+    if skipped is not None:
+        click.echo(f"{group}: {candidate.describe()}: {skipped}", err=True)
+        record["groups"].append(_group_record(None, group, moves, skipped))
+        return 0
+    started = time.perf_counter()
+    run = run_group(candidate, ledger, tracker, pins, verification, settings, audit_with_progress,
+                    progress=lambda line: click.echo(line, err=True))  # fmt: skip
+    if run.problem is not None or run.report is None:
+        click.echo(f"{group}: not tried: {run.problem}", err=True)
+        record["groups"].append(_group_record(run, group, moves))
+        return 0
+    report = run.report.as_dict()
+    decision = decide_bump(group, moves, report)
+    today = datetime.datetime.now(datetime.UTC).date()
+    records = [dataclasses.replace(r, candidate="") for r in verification_records(run.report, today)]
+    checked = checked_lines(report, run.build_seconds, run.audit_seconds, run.reruns)
+    outcome = propose_bump(bump, decision, report, records, checked, apply_now)
+    print_outcome(outcome, console, err=console.stderr)
+    click.echo(f"{group}: {decision.title} ({time.perf_counter() - started:.0f} s)", err=True)
+    record["groups"].append(_group_record(run, group, moves, outcome=outcome))
+    return 0
