@@ -14,7 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.audit.plan import Plan, Subject, describe_state, entry_subject, plan_entry
+from bot.audit.pins import normalize_name
+from bot.audit.plan import (
+    Plan,
+    Subject,
+    describe_state,
+    entry_subject,
+    parse_candidate,
+    plan_entry,
+    same_version,
+)
 from bot.audit.report import REPORT_SCHEMA, ReportIdentity
 from bot.audit.upstream import RateLimited, UpstreamState, UpstreamTracker
 from bot.audit.verdict import (
@@ -353,11 +362,18 @@ def verification_records(
             exporter_version=report.exporter_version,
             verdict=row.verdict.verdict,
             upstream_state=describe_state(row.state),
-            candidate=row.plan.candidate or "",
+            candidate=_off_pins(row.plan.candidate, report.pins),
         )
         for row in rows
         if row.plan is not None and row.verdict.verdict in RERUN_VERDICTS
     ]
+
+
+def _off_pins(candidate: str | None, pins: Mapping[str, str]) -> str:
+    """The marker of a record made at a candidate: its specs when some differ from the pins, else ""."""
+    specs = parse_candidate(candidate) if candidate else []
+    off = any(not same_version(version, pins.get(normalize_name(name))) for name, version in specs)
+    return candidate or "" if off else ""
 
 
 def ran_with(plan: Plan, verdict_: Verdict) -> dict[str, str]:
