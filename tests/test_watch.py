@@ -287,3 +287,34 @@ def test_a_dry_run_reads_only_and_local_needs_no_github(repo, tmp_path):
     decision = decide_bump("onnxscript", {"onnxscript": ("0.7.0", "0.7.1")}, candidate_report())
     local = propose_bump(run, decision, candidate_report(), [], [], apply=False)
     assert "-onnxscript==0.7.0\n+onnxscript==0.7.1" in local.diff and '-id = "dinov2-resize"' in local.diff
+
+
+def test_publish_writes_a_recorded_run_without_auditing_again(repo, tmp_path, monkeypatch):
+    """The workflow's job that may write (watch --publish) never installs a release: it plans the PR from the
+    read-only job's record against the repository as it is now."""
+    from click.testing import CliRunner
+
+    import bot.cli.pr as pr_cli
+    from bot.cli.watch import watch_command
+
+    monkeypatch.setattr(pr_cli, "SECONDS_BETWEEN_WRITES", 0)
+    monkeypatch.setattr(pr_cli, "SECONDS_BETWEEN_REQUESTS", 0)
+    record = {"index": {}, "groups": [{
+        "group": "onnxscript", "moves": {"onnxscript": ["0.7.0", "0.7.1"]}, "skipped": None, "problem": None,
+        "report": candidate_report(), "checked": ["entries re-run at the candidate: 1 (1 removable)"], "records": [],
+    }]}  # fmt: skip
+    path = tmp_path / "watch.json"
+    path.write_text(json.dumps(record))
+    (tmp_path / "pyproject.toml").write_text(f'[tool.exportbot]\nrepository = "{REPO}"\nruns = 1\n')
+    options = ["--publish", str(path), "--config", str(tmp_path / "pyproject.toml"), "--github-url", repo.url, "--apply"]
+    done = CliRunner().invoke(watch_command, options, env={"GITHUB_TOKEN": "ghp_FAKEtoken"})
+    assert done.exit_code == 0, done.output
+    [pull] = list(client(repo).get_repo(REPO).get_pulls(state="open"))
+    assert pull.title == "exportbot: bump onnxscript 0.7.0 → 0.7.1, removing 1 workaround"
+    assert "entries re-run at the candidate: 1 (1 removable)" in pull.body
+    again = CliRunner().invoke(watch_command, options, env={"GITHUB_TOKEN": "ghp_FAKEtoken"})
+    assert again.exit_code == 0 and "already proposes these versions" in again.output
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"groups": [{"group": "x", "report": {"entries": []}}]}')  # no records, no moves
+    refused = CliRunner().invoke(watch_command, ["--publish", str(bad), "--config", str(tmp_path / "pyproject.toml")])
+    assert refused.exit_code == 2 and "not a watch record" in refused.output

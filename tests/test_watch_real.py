@@ -226,3 +226,59 @@ def test_watch_finds_a_real_release_and_proposes_the_bump_with_its_removal(tmp_p
             "environment_build_seconds": broken_group["environment_seconds"],
             "audit_seconds": broken_group["audit_seconds"], "export_processes": broken_group["export_processes"]},
     }, BENCHMARK)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_pin_check_of_someone_elses_move_runs_the_same_audit_and_posts_one_comment_and_check(tmp_path):
+    """A Dependabot-style PR moving onnxscript 0.7.0 → 0.7.1: ``pin-check run`` (the untrusted job: the PR's
+    checkout, the index only) audits it against the base's pins, ``pin-check publish`` (the trusted job) posts the
+    sticky comment with the removal's commit to apply and a successful check run."""
+    folder = tmp_path / "index"
+    folder.mkdir()
+    for version in ("0.7.0", "0.7.1"):
+        shutil.copy(real_wheel(version), folder)
+    shutil.copy(real_wheel(metadata.version("setuptools"), "setuptools"), folder)
+    checkout = tmp_path / "checkout"
+    shutil.copytree(REGISTRY, checkout / "registry")
+    pins = (REPO / "constraints.txt").read_text()
+    base_text = constraints_with(pins, "onnxscript", "0.7.0")
+    (tmp_path / "base-constraints.txt").write_text(base_text)
+    (checkout / "constraints.txt").write_text(constraints_with(pins, "onnxscript", "0.7.1"))
+    (checkout / "pyproject.toml").write_text(f'[tool.exportbot]\nrepository = "{GITHUB_REPO}"\nruns = 1\n')
+    (checkout / "classes.txt").write_text("BertModel onnx/static\n")
+    stack = {"torch": "2.13.0", "transformers": "5.23.0", "onnx": "1.23.2", "onnxscript": "0.7.0", "onnxruntime": "1.32.0"}
+    (checkout / "registry" / "verified.toml").write_text(  # what test 1's audit --candidate wrote at 0.7.0
+        f'[{ENTRY}]\nverified_on = 2026-12-05\nverdict = "still-needed"\nupstream_state = "unknown"\n\n[{ENTRY}.versions]\n'
+        + "".join(f'{k} = "{v}"\n' for k, v in stack.items()))  # fmt: skip
+    with PackageIndex(folder) as index, FakeGitHub() as github:
+        env = os.environ | {"PIP_INDEX_URL": index.url, "PIP_CONFIG_FILE": os.devnull, "HF_HUB_OFFLINE": "1",
+                            "PYTHONPATH": str(REPO)}  # fmt: skip
+        env.pop("PIP_FIND_LINKS", None)
+        env.pop("GITHUB_TOKEN", None)  # the untrusted job has no token
+        done, run_seconds = bot("pin-check", "run", "--base-pins", str(tmp_path / "base-constraints.txt"),
+                                "--registry", str(checkout / "registry"), "--pins", str(checkout / "constraints.txt"),
+                                "--tracker", str(SNAPSHOT), "--no-workarounds", "--regression-sample", "1",
+                                "--regression-classes", str(checkout / "classes.txt"), "--timeout", "900",
+                                "--config", str(checkout / "pyproject.toml"), "--out", str(tmp_path / "check.json"),
+                                env=env, cwd=checkout)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads((tmp_path / "check.json").read_text())
+        assert result["moves"] == {"onnxscript": ["0.7.0", "0.7.1"]} and result["removals"] == [ENTRY]
+        assert result["regressions"] == [] and f'-id = "{ENTRY}"' in result["patch"]
+
+        github.add_repo(GITHUB_REPO, files={"constraints.txt": base_text})
+        number = github.add_pull(GITHUB_REPO, "Bump onnxscript from 0.7.0 to 0.7.1", head="dependabot/onnxscript",
+                                 files={"constraints.txt": (checkout / "constraints.txt").read_text()})  # fmt: skip
+        sha = github.branch_sha(GITHUB_REPO, "dependabot/onnxscript") or ""
+        done, _ = bot("pin-check", "publish", "--result", str(tmp_path / "check.json"), "--pr", str(number),
+                      "--head-sha", sha, "--repo", GITHUB_REPO, "--github-url", github.url, "--apply",
+                      env=env | {"GITHUB_TOKEN": "ghp_FAKEtoken"}, cwd=checkout)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        [comment] = github.comments_of(GITHUB_REPO, number)
+        assert f"Removals this move allows (1): `{ENTRY}`" in comment and "```diff" in comment
+        [check] = github.check_runs_of(GITHUB_REPO, sha)
+        assert check["conclusion"] == "success"
+    record("pin-check onnxscript 0.7.0 -> 0.7.1 (Dependabot-style PR)", {
+        "removals": result["removals"], "regressions": len(result["regressions"]), "check": check["conclusion"],
+        "checked": result["checked"], "seconds": run_seconds,
+    })  # fmt: skip

@@ -259,7 +259,7 @@ def _register_subcommands() -> None:
     from bot.cli.lint import lint_command
     from bot.cli.pr import pr_command
     from bot.cli.sweep import sweep_group
-    from bot.cli.watch import watch_command
+    from bot.cli.watch import pin_check_group, watch_command
     from bot.cli.workarounds import workarounds_group
 
     main.add_command(lint_command)
@@ -270,6 +270,7 @@ def _register_subcommands() -> None:
     main.add_command(bisect_command)
     main.add_command(generate_command)
     main.add_command(watch_command)
+    main.add_command(pin_check_group)
     attach_examples(main)
 
 

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
+import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +30,8 @@ from rich.table import Table
 
 from bot.audit.bump import decide_bump
 from bot.audit.pins import find_pin_file, normalize_name, read_pins
-from bot.audit.releases import WatchPlan, plan_watch, watched_packages
-from bot.audit.verification import WORKAROUNDS_VERIFIED_FILE, load_verification
+from bot.audit.releases import GroupCandidate, WatchPlan, plan_watch, watched_packages
+from bot.audit.verification import WORKAROUNDS_VERIFIED_FILE, Verification, load_verification
 from bot.audit.workaround_index import DEFAULT_JSON
 from bot.cli.audit import _make_tracker, _workaround_subjects, audit_with_progress
 from bot.cli.json_output import emit_json, json_file_option
@@ -42,6 +45,7 @@ from bot.cli.options import (
 from bot.cli.pr import _load, make_github, print_outcome, should_apply
 from bot.errors import EXIT_FAILED, UsageProblem, report_errors
 from bot.github.bump import checked_lines, propose_bump, read_bump
+from bot.github.pin_check import PinCheckSession, ResultError, check_result, comment_body, result_of
 from bot.github.shrink_session import ShrinkStopped
 from bot.github.tracker import SnapshotError, _token_from_env
 from bot.run.audit_run import verification_records
@@ -75,13 +79,18 @@ def render_plan(plan: WatchPlan, min_age: float) -> Table:
 
 
 def _group_record(run: GroupRun | None, group: str, moves: dict, skipped: str | None = None,
-                  outcome: Any = None) -> dict[str, Any]:  # fmt: skip
-    """One group's line of ``watch --json``."""
+                  outcome: Any = None, records: Sequence[Verification] = (), checked: Sequence[str] = ()
+                  ) -> dict[str, Any]:  # fmt: skip
+    """One group's line of ``watch --json``: what ``watch --publish`` needs to write its PR without auditing again
+    (the report, the verification records at the new versions, the checked lines) and what it cost."""
     record: dict[str, Any] = {"group": group, "moves": {k: list(v) for k, v in moves.items()}, "skipped": skipped}
     if run is not None:
         report = run.report.as_dict() if run.report else None
         record |= {"problem": run.problem, "environment_seconds": run.build_seconds, "audit_seconds": run.audit_seconds,
-                   "export_processes": run.reruns, "report": report}  # fmt: skip
+                   "export_processes": run.reruns, "report": report, "checked": list(checked),
+                   "records": [{"entry_id": r.entry_id, "verified_on": r.verified_on.isoformat(), "versions": r.versions,
+                                "exporter_version": r.exporter_version, "verdict": r.verdict,
+                                "upstream_state": r.upstream_state} for r in records]}  # fmt: skip
     if outcome is not None:
         plan = outcome.plan
         record |= {"pr": {"title": plan.title, "draft": plan.draft, "steps": outcome.done if outcome.applied else
@@ -125,6 +134,9 @@ def _group_record(run: GroupRun | None, group: str, moves: dict, skipped: str | 
               help="Repository of the PRs [default: [tool.exportbot] repository, then $GITHUB_REPOSITORY].")  # fmt: skip
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="pyproject.toml with [tool.exportbot] [default: the nearest one].")  # fmt: skip
+@click.option("--publish", "publish_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Write the PRs of a recorded run (watch --json FILE) without auditing again: the workflow's job "
+                   "that may write never installs a new release.")  # fmt: skip
 @json_file_option("the watch run (per group: moves, environment, audit report, PR)", "docs/github-actions.md")
 @report_errors
 def watch_command(
@@ -132,7 +144,7 @@ def watch_command(
     tracker_file: Path | None, with_workarounds: bool, probes: int, runs: int | None, timeout: float | None,
     regression_sample: int, regression_files: tuple[Path, ...], classes_file: Path | None, cache_dir: Path | None,
     apply: bool | None, local: bool, github_url: str | None, token_env: str | None, repository: str | None,
-    config_file: Path | None, json_file: Path | None,
+    config_file: Path | None, publish_file: Path | None, json_file: Path | None,
 ) -> None:  # fmt: skip
     """Propose new releases of the pinned stack as one rolling bump PR per package group.
 
@@ -150,6 +162,12 @@ def watch_command(
     config, root = _load(config_file, repository)
     if local and apply:
         raise UsageProblem("--local only plans (no GitHub): it cannot go with --apply")
+    if publish_file is not None:
+        token = None if local else _token_from_env(token_env)
+        apply_now = False if local else should_apply(apply, token is not None)
+        github = None if local or config.repository is None else make_github(github_url, token)
+        code = publish_recorded(publish_file, config, github, root, apply_now, Console())
+        click.get_current_context().exit(code)
     registry_dir = registry_dir or (root / config.registry if (root / config.registry).is_dir() else default_registry_dir())
     pin_path = pin_file or find_pin_file(registry_dir)
     pins, pin_text = read_pins(pin_path), pin_path.read_text(encoding="utf-8")
@@ -232,5 +250,177 @@ def _watch_group(candidate: Any, config: Any, github: Any, root: Path, ledger: A
     outcome = propose_bump(bump, decision, report, records, checked, apply_now)
     print_outcome(outcome, console, err=console.stderr)
     click.echo(f"{group}: {decision.title} ({time.perf_counter() - started:.0f} s)", err=True)
-    record["groups"].append(_group_record(run, group, moves, outcome=outcome))
+    record["groups"].append(_group_record(run, group, moves, outcome=outcome, records=records, checked=checked))
     return 0
+
+
+def publish_recorded(path: Path, config: Any, github: Any, root: Path, apply_now: bool, console: Console) -> int:
+    """``watch --publish FILE``: the PRs of a ``watch --json`` record, planned against the repository as it is now
+    and written, with no environment and no audit (the job that may write never runs a new release's code)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        groups = [g for g in data["groups"] if g.get("report")]
+        for group in groups:
+            group["records"] = [Verification(r["entry_id"], datetime.date.fromisoformat(r["verified_on"]), r["versions"],
+                                             r["exporter_version"], r["verdict"], r["upstream_state"])
+                                for r in group["records"]]  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UsageProblem(f"{path}: not a watch record ({error})") from None
+    code = 0
+    for group in groups:
+        name, moves = group["group"], {k: (v[0], v[1]) for k, v in group["moves"].items()}
+        try:
+            bump = read_bump(config, name, github, root)
+            skipped = bump.skip_reason(moves, name)
+            if skipped is not None:
+                click.echo(f"{name}: {skipped}", err=True)
+                continue
+            decision = decide_bump(name, moves, group["report"])
+            outcome = propose_bump(bump, decision, group["report"], group["records"], group["checked"], apply_now)
+        except ShrinkStopped as stop:
+            click.echo(f"{name}: {stop.explain()}", err=True)
+            code = EXIT_FAILED
+            continue
+        print_outcome(outcome, console, err=console.stderr)
+    return code
+
+
+# ── exportbot pin-check: someone else's pin move ──
+@click.group("pin-check")
+def pin_check_group() -> None:
+    """Check a pull request that moves pins (Dependabot, Renovate, a person) as the watch checks a release.
+
+    `run` (in the PR's checkout, read-only: it runs the PR's code) audits the PR's pins against the base's and
+    writes a result file; `publish` (a trusted job of the base branch that never runs the PR's code) reads that
+    file as untrusted input and writes one sticky comment and one check run on the PR (regressions fail it).
+    See docs/github-actions.md for the workflow and its trust model.
+    """
+
+
+@pin_check_group.command("run")
+@click.option("--base-pins", type=click.Path(dir_okay=False, exists=True, path_type=Path), required=True,
+              help="The base branch's constraints.txt (git show origin/main:constraints.txt > base.txt).")  # fmt: skip
+@registry_option
+@pins_option
+@click.option("--tracker", "tracker_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Upstream issue states from this snapshot, offline.")  # fmt: skip
+@click.option("--workarounds/--no-workarounds", "with_workarounds", default=True, show_default=True,
+              help="Also re-run the registered workarounds whose stack or dependency has a moved package.")  # fmt: skip
+@click.option("--probes", type=click.IntRange(1), default=1, show_default=True, help="Exports re-run per workaround.")
+@click.option("--runs", type=click.IntRange(1), default=None, help="Re-runs per export [default: [tool.exportbot] runs].")
+@click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Seconds before one export is killed.")
+@click.option("--regression-sample", type=click.IntRange(0), default=8, show_default=True,
+              help="Exports in the regression sample (0: none).")  # fmt: skip
+@click.option("--regression-classes", "classes_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              default=None, help="Also re-run these: one 'CLASS [BACKEND[/static|dynamic]]' a line.")  # fmt: skip
+@venv_cache_option
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="pyproject.toml with [tool.exportbot] [default: the nearest one].")  # fmt: skip
+@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the result (the artifact pin-check publish reads).")  # fmt: skip
+@report_errors
+def pin_check_run(
+    base_pins: Path, registry_dir: Path | None, pin_file: Path | None, tracker_file: Path | None,
+    with_workarounds: bool, probes: int, runs: int | None, timeout: float | None, regression_sample: int,
+    classes_file: Path | None, cache_dir: Path | None, config_file: Path | None, out_file: Path,
+) -> None:  # fmt: skip
+    """Audit this checkout's pins against the base's: removals allowed, regressions brought.
+
+    Examples:
+      exportbot pin-check run --base-pins base-constraints.txt --out pin-check.json
+      exportbot pin-check run --base-pins base.txt --no-workarounds --regression-sample 2 --out pin-check.json
+    """
+    config, root = _load(config_file, None)
+    registry_dir = registry_dir or (root / config.registry if (root / config.registry).is_dir() else default_registry_dir())
+    pin_path = pin_file or find_pin_file(registry_dir)
+    base_text = base_pins.read_text(encoding="utf-8")
+    base, head = read_pins(base_pins), read_pins(pin_path)
+    stack = [name for name in watched_packages() if normalize_name(name) in base or normalize_name(name) in head]
+    moves = {name: (base.get(normalize_name(name), "(unpinned)"), head[normalize_name(name)]) for name in stack
+             if normalize_name(name) in head and base.get(normalize_name(name)) != head[normalize_name(name)]}  # fmt: skip
+    if not moves:
+        click.echo("no package of the pinned stack moved: nothing to check", err=True)
+        emit_json(result_of({}, None, ["no package of the pinned stack moved"], {}, "").as_dict(), out_file)
+        return
+    candidate = GroupCandidate("pull-request", tuple(moves), moves)
+    cache = cache_dir or DEFAULT_CACHE
+    try:
+        pinned_python = pinned_environment(base_text, base, cache)
+    except (Uninstallable, EnvironmentFailure) as error:
+        click.echo(f"error: cannot build an environment at the base's pins: {error}", err=True)
+        raise SystemExit(EXIT_FAILED) from None
+    settings = WatchSettings(
+        registry_dir, base_text, timeout or config.timeout, runs or config.runs, regression_sample, cache, (),
+        classes_file, pinned_python, _workaround_subjects(DEFAULT_JSON, probes, ()) if with_workarounds else [],
+        load_verification(registry_dir, WORKAROUNDS_VERIFIED_FILE),
+    )  # fmt: skip
+    ledger = load_ledger(registry_dir)
+    try:
+        tracker = _make_tracker(tracker_file, None, None, None, None)
+    except SnapshotError as error:
+        raise UsageProblem(str(error)) from None
+    run = run_group(candidate, ledger, tracker, base, load_verification(registry_dir), settings, audit_with_progress,
+                    progress=lambda line: click.echo(line, err=True))  # fmt: skip
+    if run.problem is not None or run.report is None:
+        emit_json(result_of(moves, None, [], {}, "", problem=run.problem).as_dict(), out_file)
+        click.echo(f"not tried: {run.problem}", err=True)
+        return
+    report = run.report.as_dict()
+    decision = decide_bump(candidate.group, moves, report)
+    today = datetime.datetime.now(datetime.UTC).date()
+    records = [dataclasses.replace(r, candidate="") for r in verification_records(run.report, today)]
+    checked = checked_lines(report, run.build_seconds, run.audit_seconds, run.reruns)
+    local = propose_bump(read_bump(config, candidate.group, None, root), decision, report, records, checked, False)
+    result = result_of(moves, decision, checked, local.plan.changes, local.diff)
+    emit_json(result.as_dict(), out_file)
+    click.echo(f"pin check of {candidate.describe()}: {len(decision.regressions)} regression(s), "
+               f"{len(decision.removals)} removal(s) allowed; written to {out_file}", err=True)  # fmt: skip
+
+
+@pin_check_group.command("publish")
+@click.option("--result", "result_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), required=True,
+              help="The file pin-check run wrote (an artifact of an untrusted job: checked field by field).")  # fmt: skip
+@click.option("--pr", "number", type=click.IntRange(1), required=True, help="The pull request's number.")
+@click.option("--head-sha", required=True, metavar="SHA", help="The commit the check run belongs to (the PR's head).")
+@click.option("--push", is_flag=True,
+              help="Also commit the removals onto the PR's branch when it is in this repository (never a fork's).")  # fmt: skip
+@click.option("--apply/--dry-run", "apply", default=None,
+              help="Write, or only print what would be written [default: write only when CI=true and a token is set].")  # fmt: skip
+@github_url_option
+@token_env_option
+@click.option("--repo", "repository", default=None, metavar="OWNER/NAME",
+              help="Repository of the PR [default: [tool.exportbot] repository, then $GITHUB_REPOSITORY].")  # fmt: skip
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="pyproject.toml with [tool.exportbot] [default: the nearest one].")  # fmt: skip
+@report_errors
+def pin_check_publish(
+    result_file: Path, number: int, head_sha: str, push: bool, apply: bool | None, github_url: str | None,
+    token_env: str | None, repository: str | None, config_file: Path | None,
+) -> None:  # fmt: skip
+    """Write the sticky comment and the check run of a pin check on its pull request.
+
+    Examples:
+      exportbot pin-check publish --result pin-check.json --pr 42 --head-sha 0123abcd --dry-run
+      exportbot pin-check publish --result pin-check.json --pr 42 --head-sha 0123abcd --apply --push
+    """
+    if not re.fullmatch(r"[0-9a-f]{40}", head_sha):
+        raise UsageProblem(f"--head-sha must be a 40-digit commit SHA, got {head_sha!r}")
+    try:
+        result = check_result(json.loads(result_file.read_text(encoding="utf-8")))
+    except (ValueError, ResultError) as error:
+        raise UsageProblem(f"{result_file}: {error}") from None
+    config, _ = _load(config_file, repository)
+    if config.repository is None:
+        raise UsageProblem("no repository: set [tool.exportbot] repository, --repo or $GITHUB_REPOSITORY")
+    token = _token_from_env(token_env)
+    apply_now = should_apply(apply, token is not None)
+    session = PinCheckSession(make_github(github_url, token), config, time.sleep)
+    try:
+        steps = session.publish(number, head_sha, result, apply_now, push)
+    except ShrinkStopped as stop:
+        click.echo(stop.explain(), err=True)
+        raise SystemExit(EXIT_FAILED) from None
+    prefix = "" if apply_now else "would "
+    click.echo("\n".join(f"{prefix}{step}" for step in steps) or "nothing to change: the PR already shows this check")
+    if not apply_now:
+        click.echo(f"--- comment:\n{comment_body(result)}")
