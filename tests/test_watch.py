@@ -318,3 +318,29 @@ def test_publish_writes_a_recorded_run_without_auditing_again(repo, tmp_path, mo
     bad.write_text('{"groups": [{"group": "x", "report": {"entries": []}}]}')  # no records, no moves
     refused = CliRunner().invoke(watch_command, ["--publish", str(bad), "--config", str(tmp_path / "pyproject.toml")])
     assert refused.exit_code == 2 and "not a watch record" in refused.output
+
+
+def test_a_release_that_cannot_be_installed_beside_the_pins_is_one_line_and_not_tried(tmp_path, monkeypatch):
+    """Real pip against a local index that lists the release but cannot satisfy it beside the pins (its wheel
+    asks for a numpy no index holds): the group's run ends with pip's reason in one line, nothing re-run."""
+    from bot.audit.releases import GroupCandidate
+    from bot.run.watch import WatchSettings, run_group
+    from exporters.ledger import Ledger
+
+    stem = "onnxscript-0.7.9"
+    with zipfile.ZipFile(tmp_path / f"{stem}-py3-none-any.whl", "w") as wheel:
+        wheel.writestr(f"{stem}.dist-info/METADATA", "Metadata-Version: 2.1\nName: onnxscript\nVersion: 0.7.9\n"
+                                                     "Requires-Dist: numpy>=99\n")  # fmt: skip
+        wheel.writestr(f"{stem}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(f"{stem}.dist-info/RECORD", "")
+    pins = {"onnxscript": "0.7.2"}
+    with PackageIndex(tmp_path) as index:
+        monkeypatch.setenv("PIP_INDEX_URL", index.url)
+        monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+        monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+        candidate = GroupCandidate("onnxscript", ("onnxscript",), {"onnxscript": ("0.7.2", "0.7.9")})
+        settings = WatchSettings(tmp_path, "onnxscript==0.7.2\n", 60, 1, 0, tmp_path / "venvs")
+        run = run_group(candidate, Ledger(()), None, pins, {}, settings, lambda *a, **k: pytest.fail("audited"))  # type: ignore[arg-type]
+    assert run.report is None and run.reruns == 0
+    assert run.problem is not None and "\n" not in run.problem
+    assert run.problem.startswith("onnxscript==0.7.9 cannot be installed beside the other pins: ERROR: Cannot install")

@@ -12,8 +12,8 @@ subprocess, building real layered environments from that index.
 5. the index gains 0.7.1.post1, a wheel built here from the real 0.7.1 with the optimizer raising (a release that
    breaks every optimized ONNX export): a draft PR titled with the regression, no removal.
 
-The measured figures go to tests/real_releases/measured.json and benchmarks/results/watch-real.json with
-``EXPORTBOT_RECORD_MEASURED=1``. About 4 to 8 minutes on 2 cores.
+The measured figures go to tests/real_releases/measured.json with ``EXPORTBOT_RECORD_MEASURED=1``; what a watch
+run costs is measured by benchmarks/bench_watch.py. About 2 to 4 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -29,21 +29,18 @@ import subprocess
 import sys
 import time
 import zipfile
-from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fake_github import FakeGitHub
 from github import Auth, Github
 from package_index import PackageIndex
+from test_real_releases import record
 
 from bot.audit.pins import constraints_with
 
 REPO = Path(__file__).resolve().parents[1]
 REGISTRY = REPO / "tests" / "real_releases" / "registry"
-MEASURED = REPO / "tests" / "real_releases" / "measured.json"
-BENCHMARK = REPO / "benchmarks" / "results" / "watch-real.json"
 SNAPSHOT = REPO / "registry" / "upstream-snapshot.json"
 WHEELS = REPO / ".exportbot-cache" / "index-wheels"  # the real wheels, downloaded once
 ENTRY = "dinov2-registers-antialias-resize-onnx"
@@ -104,32 +101,31 @@ def bot(*args: str, env: dict[str, str], cwd: Path) -> tuple[subprocess.Complete
     return done, round(time.perf_counter() - started, 1)
 
 
-def record(key: str, data: dict[str, Any], path: Path = MEASURED) -> None:
-    if not os.environ.get("EXPORTBOT_RECORD_MEASURED"):
-        return
-    measured = json.loads(path.read_text()) if path.is_file() else {}
-    measured[key] = data
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(measured, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+def real_index(root: Path) -> Path:
+    """A folder for the local index holding the real onnxscript 0.7.0 and 0.7.1 wheels."""
+    folder = root / "index"
+    folder.mkdir()
+    for version in ("0.7.0", "0.7.1"):
+        shutil.copy(real_wheel(version), folder)
+    return folder
+
+
+def real_checkout(root: Path, onnxscript: str, config: str = "") -> tuple[Path, str]:
+    """A checkout of the real-release ledger pinned at ``onnxscript`` (its pin text returned too), with a
+    [tool.exportbot] naming the fake repository and the regression class list the tests sample."""
+    checkout = root / "checkout"
+    shutil.copytree(REGISTRY, checkout / "registry")
+    pin_text = constraints_with((REPO / "constraints.txt").read_text(), "onnxscript", onnxscript)
+    (checkout / "constraints.txt").write_text(pin_text)
+    (checkout / "pyproject.toml").write_text(f'[tool.exportbot]\nrepository = "{GITHUB_REPO}"\nruns = 1\n{config}')
+    (checkout / "classes.txt").write_text("BertModel onnx/static\n")
+    return checkout, pin_text
 
 
 @pytest.mark.slow
 def test_watch_finds_a_real_release_and_proposes_the_bump_with_its_removal(tmp_path):
-    folder = tmp_path / "index"
-    folder.mkdir()
-    for version in ("0.7.0", "0.7.1"):
-        shutil.copy(real_wheel(version), folder)
-    # Every layered environment installs its own setuptools (torch asks for >=77.0.3; venv seeds an older one):
-    # the index serves the base's, as PyPI would.
-    shutil.copy(real_wheel(metadata.version("setuptools"), "setuptools"), folder)
-    checkout = tmp_path / "checkout"
-    shutil.copytree(REGISTRY, checkout / "registry")
-    pin_text = constraints_with((REPO / "constraints.txt").read_text(), "onnxscript", "0.7.0")
-    (checkout / "constraints.txt").write_text(pin_text)
-    (checkout / "pyproject.toml").write_text(
-        f'[tool.exportbot]\nrepository = "{GITHUB_REPO}"\nruns = 1\nmin_release_age_days = 3\ndashboard = true\n'
-    )
-    (checkout / "classes.txt").write_text("BertModel onnx/static\n")
+    folder = real_index(tmp_path)
+    checkout, pin_text = real_checkout(tmp_path, "0.7.0", "min_release_age_days = 3\ndashboard = true\n")
     cache = REPO / ".exportbot-cache" / "venvs"
     with PackageIndex(folder) as index, FakeGitHub() as github:
         # pip sees this index only (no pip.conf: no extra index, find-links or machine-wide constraint)
@@ -217,15 +213,6 @@ def test_watch_finds_a_real_release_and_proposes_the_bump_with_its_removal(tmp_p
         "seconds": {"record_at_old": old_seconds, "first_watch": first_seconds, "second_watch": second_seconds,
                     "breaking_watch": broken_seconds},
     })  # fmt: skip
-    record("watch-real", {
-        "index_requests_per_watch": {k: first["index"][k] for k in ("pip_runs", "http_requests")},
-        "environment_build_seconds": group["environment_seconds"],
-        "audit_seconds": group["audit_seconds"], "export_processes": group["export_processes"],
-        "minutes_per_candidate": round((group["environment_seconds"] + group["audit_seconds"]) / 60, 2),
-        "second_run_seconds": second_seconds, "breaking_candidate": {
-            "environment_build_seconds": broken_group["environment_seconds"],
-            "audit_seconds": broken_group["audit_seconds"], "export_processes": broken_group["export_processes"]},
-    }, BENCHMARK)  # fmt: skip
 
 
 @pytest.mark.slow
@@ -233,19 +220,10 @@ def test_pin_check_of_someone_elses_move_runs_the_same_audit_and_posts_one_comme
     """A Dependabot-style PR moving onnxscript 0.7.0 → 0.7.1: ``pin-check run`` (the untrusted job: the PR's
     checkout, the index only) audits it against the base's pins, ``pin-check publish`` (the trusted job) posts the
     sticky comment with the removal's commit to apply and a successful check run."""
-    folder = tmp_path / "index"
-    folder.mkdir()
-    for version in ("0.7.0", "0.7.1"):
-        shutil.copy(real_wheel(version), folder)
-    shutil.copy(real_wheel(metadata.version("setuptools"), "setuptools"), folder)
-    checkout = tmp_path / "checkout"
-    shutil.copytree(REGISTRY, checkout / "registry")
-    pins = (REPO / "constraints.txt").read_text()
-    base_text = constraints_with(pins, "onnxscript", "0.7.0")
+    folder = real_index(tmp_path)
+    checkout, _ = real_checkout(tmp_path, "0.7.1")
+    base_text = constraints_with((REPO / "constraints.txt").read_text(), "onnxscript", "0.7.0")
     (tmp_path / "base-constraints.txt").write_text(base_text)
-    (checkout / "constraints.txt").write_text(constraints_with(pins, "onnxscript", "0.7.1"))
-    (checkout / "pyproject.toml").write_text(f'[tool.exportbot]\nrepository = "{GITHUB_REPO}"\nruns = 1\n')
-    (checkout / "classes.txt").write_text("BertModel onnx/static\n")
     stack = {"torch": "2.13.0", "transformers": "5.23.0", "onnx": "1.23.2", "onnxscript": "0.7.0", "onnxruntime": "1.32.0"}
     (checkout / "registry" / "verified.toml").write_text(  # what test 1's audit --candidate wrote at 0.7.0
         f'[{ENTRY}]\nverified_on = 2026-12-05\nverdict = "still-needed"\nupstream_state = "unknown"\n\n[{ENTRY}.versions]\n'

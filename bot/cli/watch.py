@@ -19,7 +19,7 @@ import datetime
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,31 +99,40 @@ def _group_record(run: GroupRun | None, group: str, moves: dict, skipped: str | 
     return record
 
 
+def candidate_audit_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of a candidate audit, shared by ``watch`` and ``pin-check run`` (they run the same audit)."""
+    options = [
+        registry_option, pins_option,
+        click.option("--tracker", "tracker_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                     default=None, help="Upstream issue states from this snapshot, offline "
+                     "(registry/upstream-snapshot.json)."),
+        click.option("--workarounds/--no-workarounds", "with_workarounds", default=True, show_default=True,
+                     help="Also re-run the registered workarounds whose stack or dependency has a moved package."),
+        click.option("--probes", type=click.IntRange(1), default=1, show_default=True,
+                     help="Exports re-run per workaround (from the workaround index)."),
+        click.option("--runs", type=click.IntRange(1), default=None, help="Re-runs per export [default: [tool.exportbot] runs]."),
+        click.option("--timeout", type=click.FloatRange(min=1), default=None,
+                     help="Seconds before one export is killed [default: [tool.exportbot] timeout]."),
+        click.option("--regression-sample", type=click.IntRange(0), default=8, show_default=True,
+                     help="Exports in each candidate's regression sample (0: none)."),
+        click.option("--regression-classes", "classes_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                     default=None, help="Also re-run these: one 'CLASS [BACKEND[/static|dynamic]]' a line."),
+        venv_cache_option,
+    ]  # fmt: skip
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @click.command("watch")
 @click.option("--list", "list_only", is_flag=True, help="Print the candidates the index offers and stop.")
 @click.option("--group", "groups", multiple=True, metavar="NAME",
               help="Only this package group (its first package's name, e.g. torch); repeatable.")  # fmt: skip
 @click.option("--min-age", type=click.FloatRange(0), default=None, metavar="DAYS",
               help="Minimum release age in days [default: [tool.exportbot] min_release_age_days, 3].")  # fmt: skip
-@registry_option
-@pins_option
-@click.option("--tracker", "tracker_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="Upstream issue states from this snapshot, offline (registry/upstream-snapshot.json).")  # fmt: skip
-@click.option("--workarounds/--no-workarounds", "with_workarounds", default=True, show_default=True,
-              help="Also re-run the registered workarounds whose stack or dependency has a moved package.")  # fmt: skip
-@click.option("--probes", type=click.IntRange(1), default=1, show_default=True,
-              help="Exports re-run per workaround (from the workaround index).")  # fmt: skip
-@click.option("--runs", type=click.IntRange(1), default=None,
-              help="Re-runs per export [default: [tool.exportbot] runs].")  # fmt: skip
-@click.option("--timeout", type=click.FloatRange(min=1), default=None,
-              help="Seconds before one export is killed [default: [tool.exportbot] timeout].")  # fmt: skip
-@click.option("--regression-sample", type=click.IntRange(0), default=8, show_default=True,
-              help="Exports in each candidate's regression sample (0: none).")  # fmt: skip
+@candidate_audit_options
 @click.option("--regression-results", "regression_files", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               multiple=True, help="Sweep results to draw the sample from [default: the committed records].")  # fmt: skip
-@click.option("--regression-classes", "classes_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              default=None, help="Also re-run these: one 'CLASS [BACKEND[/static|dynamic]]' a line.")  # fmt: skip
-@venv_cache_option
 @click.option("--apply/--dry-run", "apply", default=None,
               help="Write the bump PRs, or only print them [default: write only when CI=true and a token is set].")  # fmt: skip
 @click.option("--local", is_flag=True,
@@ -300,20 +309,7 @@ def pin_check_group() -> None:
 @pin_check_group.command("run")
 @click.option("--base-pins", type=click.Path(dir_okay=False, exists=True, path_type=Path), required=True,
               help="The base branch's constraints.txt (git show origin/main:constraints.txt > base.txt).")  # fmt: skip
-@registry_option
-@pins_option
-@click.option("--tracker", "tracker_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="Upstream issue states from this snapshot, offline.")  # fmt: skip
-@click.option("--workarounds/--no-workarounds", "with_workarounds", default=True, show_default=True,
-              help="Also re-run the registered workarounds whose stack or dependency has a moved package.")  # fmt: skip
-@click.option("--probes", type=click.IntRange(1), default=1, show_default=True, help="Exports re-run per workaround.")
-@click.option("--runs", type=click.IntRange(1), default=None, help="Re-runs per export [default: [tool.exportbot] runs].")
-@click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Seconds before one export is killed.")
-@click.option("--regression-sample", type=click.IntRange(0), default=8, show_default=True,
-              help="Exports in the regression sample (0: none).")  # fmt: skip
-@click.option("--regression-classes", "classes_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              default=None, help="Also re-run these: one 'CLASS [BACKEND[/static|dynamic]]' a line.")  # fmt: skip
-@venv_cache_option
+@candidate_audit_options
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="pyproject.toml with [tool.exportbot] [default: the nearest one].")  # fmt: skip
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), required=True,
@@ -400,8 +396,8 @@ def pin_check_publish(
     """Write the sticky comment and the check run of a pin check on its pull request.
 
     Examples:
-      exportbot pin-check publish --result pin-check.json --pr 42 --head-sha 0123abcd --dry-run
-      exportbot pin-check publish --result pin-check.json --pr 42 --head-sha 0123abcd --apply --push
+      exportbot pin-check publish --result pin-check.json --pr 42 --head-sha 0123456789abcdef0123456789abcdef01234567 --dry-run
+      exportbot pin-check publish --result pin-check.json --pr 42 --head-sha 0123456789abcdef0123456789abcdef01234567 --apply --push
     """
     if not re.fullmatch(r"[0-9a-f]{40}", head_sha):
         raise UsageProblem(f"--head-sha must be a 40-digit commit SHA, got {head_sha!r}")

@@ -14,7 +14,8 @@ in the environment) is unchanged. Two ways to build one:
   ``.pth`` file placed after its own, so pip finds every pinned package already installed and installs
   only what the constraints change (the candidate and any dependency it moves), which then shadows the
   pinned copy. Seconds for a pure-Python package. Only sound when the base really holds the pins, which
-  :func:`pin_mismatches` checks first.
+  :func:`pin_mismatches` checks first. The setuptools ``venv`` seeds is removed, so the base's is the one seen
+  (an older seeded copy made pip fetch a newer one for torch from the index on every build).
 """
 
 from __future__ import annotations
@@ -81,6 +82,10 @@ def ensure_venv(
         raise EnvironmentFailure(f"python -m venv {directory} failed: {made.stderr.strip()[-300:]}")
     if base is not None:
         (site_packages(python) / _BASE_PTH).write_text(f"{base}\n", encoding="utf-8")
+        # venv seeds its own (older) setuptools, which would shadow the base's and make pip fetch another for
+        # torch's setuptools>=77 requirement: the layered environment uses the base's, as it uses every pin.
+        subprocess.run([str(python), "-m", "pip", "uninstall", "--yes", "--quiet", "--disable-pip-version-check",
+                        "setuptools"], capture_output=True, text=True, timeout=120)  # fmt: skip
     pinned = directory / "constraints-in-use.txt"
     pinned.write_text(constraints, encoding="utf-8")
     done = subprocess.run(
