@@ -20,7 +20,6 @@ into .exportbot-cache/index-wheels); the figures are printed and saved to ``benc
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +29,15 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fake_github import FakeGitHub  # noqa: E402
 from package_index import PackageIndex  # noqa: E402
-from test_watch_real import ENTRY, GITHUB_REPO, SNAPSHOT, bot, real_checkout, real_index  # noqa: E402
+from test_watch_real import (  # noqa: E402
+    ENTRY,
+    GITHUB_REPO,
+    SNAPSHOT,
+    bot,
+    index_env,
+    real_checkout,
+    real_index,
+)
 
 RESULT = ROOT / "benchmarks" / "results" / "watch.json"
 
@@ -47,10 +54,7 @@ def main() -> None:
         checkout, pin_text = real_checkout(work, "0.7.0")
         cache = work / "venvs"  # fresh: every environment is built, as on a CI runner with a warm pip cache
         with PackageIndex(folder) as index, FakeGitHub() as github:
-            env = os.environ | {"PIP_INDEX_URL": index.url, "PIP_CONFIG_FILE": os.devnull, "HF_HUB_OFFLINE": "1",
-                                "GITHUB_TOKEN": "ghp_FAKEtoken", "PYTHONPATH": str(ROOT)}  # fmt: skip
-            env.pop("PIP_FIND_LINKS", None)
-            env.pop("CI", None)
+            env = index_env(index)
             common = ["--registry", str(checkout / "registry"), "--pins", str(checkout / "constraints.txt"),
                       "--tracker", str(SNAPSHOT), "--cache-dir", str(cache), "--timeout", "900"]  # fmt: skip
             sample = ["--regression-sample", "1", "--regression-classes", str(checkout / "classes.txt")]

@@ -110,6 +110,16 @@ def real_index(root: Path) -> Path:
     return folder
 
 
+def index_env(index: PackageIndex) -> dict[str, str]:
+    """The environment of every ``python -m bot`` run here: pip sees this index only (no pip.conf: no extra index,
+    find-links or machine-wide constraint), offline hub, this repository on the path, no CI."""
+    env = os.environ | {"PIP_INDEX_URL": index.url, "PIP_CONFIG_FILE": os.devnull, "HF_HUB_OFFLINE": "1",
+                        "GITHUB_TOKEN": "ghp_FAKEtoken", "PYTHONPATH": str(REPO)}  # fmt: skip
+    for name in ("PIP_FIND_LINKS", "CI"):
+        env.pop(name, None)
+    return env
+
+
 def real_checkout(root: Path, onnxscript: str, config: str = "") -> tuple[Path, str]:
     """A checkout of the real-release ledger pinned at ``onnxscript`` (its pin text returned too), with a
     [tool.exportbot] naming the fake repository and the regression class list the tests sample."""
@@ -128,11 +138,7 @@ def test_watch_finds_a_real_release_and_proposes_the_bump_with_its_removal(tmp_p
     checkout, pin_text = real_checkout(tmp_path, "0.7.0", "min_release_age_days = 3\ndashboard = true\n")
     cache = REPO / ".exportbot-cache" / "venvs"
     with PackageIndex(folder) as index, FakeGitHub() as github:
-        # pip sees this index only (no pip.conf: no extra index, find-links or machine-wide constraint)
-        env = os.environ | {"PIP_INDEX_URL": index.url, "PIP_CONFIG_FILE": os.devnull, "HF_HUB_OFFLINE": "1",
-                            "GITHUB_TOKEN": "ghp_FAKEtoken", "PYTHONPATH": str(REPO)}  # fmt: skip
-        env.pop("PIP_FIND_LINKS", None)
-        env.pop("CI", None)
+        env = index_env(index)
         common = ["--registry", str(checkout / "registry"), "--pins", str(checkout / "constraints.txt"),
                   "--tracker", str(SNAPSHOT), "--cache-dir", str(cache)]  # fmt: skip
 
@@ -229,10 +235,8 @@ def test_pin_check_of_someone_elses_move_runs_the_same_audit_and_posts_one_comme
         f'[{ENTRY}]\nverified_on = 2026-12-05\nverdict = "still-needed"\nupstream_state = "unknown"\n\n[{ENTRY}.versions]\n'
         + "".join(f'{k} = "{v}"\n' for k, v in stack.items()))  # fmt: skip
     with PackageIndex(folder) as index, FakeGitHub() as github:
-        env = os.environ | {"PIP_INDEX_URL": index.url, "PIP_CONFIG_FILE": os.devnull, "HF_HUB_OFFLINE": "1",
-                            "PYTHONPATH": str(REPO)}  # fmt: skip
-        env.pop("PIP_FIND_LINKS", None)
-        env.pop("GITHUB_TOKEN", None)  # the untrusted job has no token
+        env = index_env(index)
+        env.pop("GITHUB_TOKEN")  # the untrusted job has no token
         done, run_seconds = bot("pin-check", "run", "--base-pins", str(tmp_path / "base-constraints.txt"),
                                 "--registry", str(checkout / "registry"), "--pins", str(checkout / "constraints.txt"),
                                 "--tracker", str(SNAPSHOT), "--no-workarounds", "--regression-sample", "1",

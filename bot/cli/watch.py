@@ -55,6 +55,25 @@ from bot.run.watch import GroupRun, WatchSettings, run_group
 from exporters.ledger import default_registry_dir, load_ledger
 
 
+def watch_settings(
+    registry_dir: Path, pin_text: str, pins: dict[str, str], where: str, cache_dir: Path | None, timeout: float,
+    runs: int, sample: int, results: Sequence[Path], classes_file: Path | None, probes: int | None,
+) -> WatchSettings:  # fmt: skip
+    """What a candidate audit re-runs and where (``probes`` None: no workarounds), with the interpreter holding
+    ``pins`` (built when this one does not: regressions are re-checked there); exit 1 when it cannot be built."""
+    cache = cache_dir or DEFAULT_CACHE
+    try:
+        pinned_python = pinned_environment(pin_text, pins, cache)
+    except (Uninstallable, EnvironmentFailure) as error:
+        click.echo(f"error: cannot build an environment at the pins of {where}: {error}", err=True)
+        raise SystemExit(EXIT_FAILED) from None
+    return WatchSettings(
+        registry_dir, pin_text, timeout, runs, sample, cache, results, classes_file, pinned_python,
+        _workaround_subjects(DEFAULT_JSON, probes, ()) if probes is not None else [],
+        load_verification(registry_dir, WORKAROUNDS_VERIFIED_FILE),
+    )  # fmt: skip
+
+
 def find_releases(pins: dict[str, str], index: IndexSession, coupled: Any, min_age: float,
                   now: datetime.datetime) -> WatchPlan:  # fmt: skip
     """Ask the index about every pinned package of the stack and decide what to propose."""
@@ -124,6 +143,27 @@ def candidate_audit_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+def github_write_options(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--apply/--dry-run``, ``--github-url``, ``--token-env``, ``--repo``, ``--config``: where and whether a
+    command writes (``watch`` and ``pin-check publish``)."""
+    options = [
+        click.option("--apply/--dry-run", "apply", default=None,
+                     help=f"Write {what}, or only print them [default: write only when CI=true and a token is set]."),
+        github_url_option, token_env_option,
+        click.option("--repo", "repository", default=None, metavar="OWNER/NAME",
+                     help="Repository to write to [default: [tool.exportbot] repository, then $GITHUB_REPOSITORY]."),
+        click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                     default=None, help="pyproject.toml with [tool.exportbot] [default: the nearest one]."),
+    ]  # fmt: skip
+
+    def apply(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
 @click.command("watch")
 @click.option("--list", "list_only", is_flag=True, help="Print the candidates the index offers and stop.")
 @click.option("--group", "groups", multiple=True, metavar="NAME",
@@ -133,16 +173,9 @@ def candidate_audit_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @candidate_audit_options
 @click.option("--regression-results", "regression_files", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               multiple=True, help="Sweep results to draw the sample from [default: the committed records].")  # fmt: skip
-@click.option("--apply/--dry-run", "apply", default=None,
-              help="Write the bump PRs, or only print them [default: write only when CI=true and a token is set].")  # fmt: skip
+@github_write_options("the bump PRs")
 @click.option("--local", is_flag=True,
               help="Plan against the local checkout: print the exact diff and PR body, no GitHub, no token.")  # fmt: skip
-@github_url_option
-@token_env_option
-@click.option("--repo", "repository", default=None, metavar="OWNER/NAME",
-              help="Repository of the PRs [default: [tool.exportbot] repository, then $GITHUB_REPOSITORY].")  # fmt: skip
-@click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="pyproject.toml with [tool.exportbot] [default: the nearest one].")  # fmt: skip
 @click.option("--publish", "publish_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Write the PRs of a recorded run (watch --json FILE) without auditing again: the workflow's job "
                    "that may write never installs a new release.")  # fmt: skip
@@ -204,18 +237,9 @@ def watch_command(
         tracker = _make_tracker(tracker_file, github_url, token_env, None, None)
     except SnapshotError as error:
         raise UsageProblem(str(error)) from None
-    cache = cache_dir or DEFAULT_CACHE
-    try:
-        pinned_python = pinned_environment(pin_text, pins, cache)
-    except (Uninstallable, EnvironmentFailure) as error:
-        click.echo(f"error: cannot build an environment at the pins of {pin_path}: {error}", err=True)
-        raise SystemExit(EXIT_FAILED) from None
-    settings = WatchSettings(
-        registry_dir, pin_text, timeout or config.timeout, runs or config.runs, regression_sample, cache,
-        regression_files, classes_file, pinned_python,
-        _workaround_subjects(DEFAULT_JSON, probes, ()) if with_workarounds else [],
-        load_verification(registry_dir, WORKAROUNDS_VERIFIED_FILE),
-    )  # fmt: skip
+    settings = watch_settings(registry_dir, pin_text, pins, str(pin_path), cache_dir, timeout or config.timeout,
+                              runs or config.runs, regression_sample, regression_files, classes_file,
+                              probes if with_workarounds else None)  # fmt: skip
     verification = load_verification(registry_dir)
     code = 0
     for candidate in plan.candidates:
@@ -339,17 +363,9 @@ def pin_check_run(
         emit_json(result_of({}, None, ["no package of the pinned stack moved"], {}, "").as_dict(), out_file)
         return
     candidate = GroupCandidate("pull-request", tuple(moves), moves)
-    cache = cache_dir or DEFAULT_CACHE
-    try:
-        pinned_python = pinned_environment(base_text, base, cache)
-    except (Uninstallable, EnvironmentFailure) as error:
-        click.echo(f"error: cannot build an environment at the base's pins: {error}", err=True)
-        raise SystemExit(EXIT_FAILED) from None
-    settings = WatchSettings(
-        registry_dir, base_text, timeout or config.timeout, runs or config.runs, regression_sample, cache, (),
-        classes_file, pinned_python, _workaround_subjects(DEFAULT_JSON, probes, ()) if with_workarounds else [],
-        load_verification(registry_dir, WORKAROUNDS_VERIFIED_FILE),
-    )  # fmt: skip
+    settings = watch_settings(registry_dir, base_text, base, "the base", cache_dir, timeout or config.timeout,
+                              runs or config.runs, regression_sample, (), classes_file,
+                              probes if with_workarounds else None)  # fmt: skip
     ledger = load_ledger(registry_dir)
     try:
         tracker = _make_tracker(tracker_file, None, None, None, None)
@@ -380,14 +396,7 @@ def pin_check_run(
 @click.option("--head-sha", required=True, metavar="SHA", help="The commit the check run belongs to (the PR's head).")
 @click.option("--push", is_flag=True,
               help="Also commit the removals onto the PR's branch when it is in this repository (never a fork's).")  # fmt: skip
-@click.option("--apply/--dry-run", "apply", default=None,
-              help="Write, or only print what would be written [default: write only when CI=true and a token is set].")  # fmt: skip
-@github_url_option
-@token_env_option
-@click.option("--repo", "repository", default=None, metavar="OWNER/NAME",
-              help="Repository of the PR [default: [tool.exportbot] repository, then $GITHUB_REPOSITORY].")  # fmt: skip
-@click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="pyproject.toml with [tool.exportbot] [default: the nearest one].")  # fmt: skip
+@github_write_options("the comment and the check run")
 @report_errors
 def pin_check_publish(
     result_file: Path, number: int, head_sha: str, push: bool, apply: bool | None, github_url: str | None,
