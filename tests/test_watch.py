@@ -344,3 +344,29 @@ def test_a_release_that_cannot_be_installed_beside_the_pins_is_one_line_and_not_
     assert run.report is None and run.reruns == 0
     assert run.problem is not None and "\n" not in run.problem
     assert run.problem.startswith("onnxscript==0.7.9 cannot be installed beside the other pins: ERROR: Cannot install")
+
+
+def test_the_candidate_audit_takes_what_the_moved_packages_touch_workarounds_by_their_dependency(tmp_path):
+    """Every ledger entry whose backend stack has a moved package, and every workaround whose stack or declared
+    dependency has one (a dynamo workaround with dependency = onnxscript is re-run for an onnxscript move)."""
+    from bot.audit.plan import Export, workaround_subject
+    from bot.audit.releases import GroupCandidate
+    from bot.run.watch import moved_subjects
+    from exporters.ledger import load_ledger
+    from exporters.utils import Workaround
+
+    (tmp_path / "export_skips.toml").write_text(SKIPS + ENTRY_TEXT.replace("dinov2-resize", "dynamo-only").replace(
+        'backend = "onnx"', 'backend = "dynamo"'))  # fmt: skip
+    (tmp_path / "onnx_disable_optimize.toml").write_text("")
+    ledger = load_ledger(tmp_path)
+
+    def workaround(name: str, backend: str, dependency: str | None) -> Any:
+        found = Workaround(name, "patch", backend, lambda original: original, (), None, dependency)
+        return found, workaround_subject(found, [Export("BertModel", backend, False)])
+
+    workarounds = [workaround("_onnx_fix", "onnx", "onnxscript"), workaround("_dynamo_for_onnxscript", "dynamo", "onnxscript"),
+                   workaround("_dynamo_torch", "dynamo", "torch")]  # fmt: skip
+    moved = GroupCandidate("onnxscript", ("onnxscript",), {"onnxscript": ("0.7.0", "0.7.1")})
+    entries, touched = moved_subjects(moved, ledger, workarounds)
+    assert entries == ["dinov2-resize"]
+    assert [w.name for w, _ in touched] == ["_onnx_fix", "_dynamo_for_onnxscript"]
