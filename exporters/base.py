@@ -20,6 +20,7 @@ from exporters.bundle.format import (
     MANIFEST_FILE,
     SUMMARY_FILE,
     ComponentSpec,
+    DimRange,
     Manifest,
     TracedInt,
     exportbot_identity,
@@ -29,6 +30,7 @@ from exporters.bundle.format import (
     write_model_configs,
 )
 from exporters.flatten import leaves_with_path
+from exporters.minimum_sizes import check_smaller_shape
 from exporters.utils import HitLog, check_disabled_names
 from exporters.validation import (
     MISMATCH,
@@ -177,7 +179,16 @@ class ExportResult:
     make_second_inputs: Callable[[], dict[str, Any] | None] | None = field(default=None, repr=False)
     program: Any = field(default=None, repr=False)  # the torch.export program the artifact came from
     validation: ValidationReport | None = None
+    # Shapes below the program's proven range (``[(label, inputs)]``: batch 1, sequence 1), made on first read
+    # like the second shape; validation decides each dim's minimum with them (exporters.minimum_sizes).
+    make_smaller_inputs: Callable[[], list[tuple[str, dict[str, Any]]]] | None = field(default=None, repr=False)
     _second_inputs: dict[str, Any] | None = field(default=None, init=False, repr=False)
+    _smaller_inputs: list[tuple[str, dict[str, Any]]] = field(default_factory=list, init=False, repr=False)
+    traced_dims: dict[str, DimRange] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # The program's own ranges: every validation starts from them, so validating twice records the same.
+        self.traced_dims = copy.deepcopy(self.component.dims)
 
     @property
     def second_inputs(self) -> dict[str, Any] | None:
@@ -193,6 +204,35 @@ class ExportResult:
     def second_inputs(self, value: dict[str, Any] | None) -> None:
         self.make_second_inputs = None
         self._second_inputs = value
+
+    @property
+    def smaller_inputs(self) -> list[tuple[str, dict[str, Any]]]:
+        """``[(label, inputs)]`` at sizes below the program's range; made once, on first read."""
+        if self.make_smaller_inputs is not None:
+            started = time.perf_counter()
+            self._smaller_inputs = self.make_smaller_inputs()
+            self.make_smaller_inputs = None
+            _add_stage(self.metadata.stage_seconds, "second-shape inputs", time.perf_counter() - started)
+        return self._smaller_inputs
+
+    @smaller_inputs.setter
+    def smaller_inputs(self, value: list[tuple[str, dict[str, Any]]]) -> None:
+        self.make_smaller_inputs = None
+        self._smaller_inputs = value
+
+    def check_smaller_shapes(self, module: torch.nn.Module, loaded: Any, report: ValidationReport) -> None:
+        """Validate ``loaded`` (this export's component, loaded from the written files) at each smaller shape
+        and record each dim's validated minimum in ``self.component`` (exporters.minimum_sizes)."""
+        def run_check(label: str, inputs: dict[str, Any]) -> ShapeCheck:
+            return _check_loaded(label, inputs, module, loaded, self.atol, self.rtol)
+
+        self.component.dims = copy.deepcopy(self.traced_dims)  # each validation decides anew, from the program's
+        component = getattr(loaded, "default", loaded)  # an ExportedModel's one component, or the component
+        for label, inputs in self.smaller_inputs:
+            check = check_smaller_shape(label, inputs, self.component, component.spec.dims,
+                                        lambda kwargs: module(**kwargs), run_check)
+            if check is not None:
+                report.smaller_shapes.append(check)
 
     def validated_if(self, validate: bool) -> ExportResult:
         """Itself, validated first when ``validate`` (the ``export(..., validate=True)`` of every exporter)."""
@@ -268,6 +308,7 @@ class ExportResult:
             cases.append(("second shape", self.second_inputs))
         for label, inputs in cases:
             report.shapes.append(_check_loaded(label, inputs, self.model, loaded, self.atol, self.rtol))
+        self.check_smaller_shapes(self.model, loaded, report)
         _add_stage(self.metadata.stage_seconds, "validation", time.perf_counter() - started)
         self.validation = report
         manifest = self.manifest()

@@ -90,6 +90,9 @@ class ValidationReport:
     atol: float
     rtol: float
     shapes: list[ShapeCheck] = field(default_factory=list)
+    # Shapes below the range torch.export proved (batch 1, a one-token prompt): they decide each dim's
+    # validated minimum (exporters.minimum_sizes), not the verdict, which is the sample and second shapes'.
+    smaller_shapes: list[ShapeCheck] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -127,7 +130,10 @@ class ValidationReport:
             raise ValidationError(f"validation {self.status}: " + "; ".join(problems[:5]))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "atol": self.atol, "rtol": self.rtol, "shapes": [asdict(s) for s in self.shapes]}
+        data = {"status": self.status, "atol": self.atol, "rtol": self.rtol, "shapes": [asdict(s) for s in self.shapes]}
+        if self.smaller_shapes:
+            data["smaller_shapes"] = [asdict(s) | {"status": s.status} for s in self.smaller_shapes]
+        return data
 
 
 def _degenerate(expected: torch.Tensor, atol: float) -> str:

@@ -63,16 +63,30 @@ class BundleError(ValueError):
 
 @dataclass
 class DimRange:
-    """The range of one named dim in the exported program; ``max`` None means unbounded."""
+    """The range of one named dim that the bundle accepts; ``max`` None means unbounded.
+
+    ``min`` is the smallest size validated: the program's own lower bound, or a smaller size (1) that
+    validation ran the written bundle at and found right (``exporters.minimum_sizes``). ``min_reason`` says
+    why a smaller size is refused when validation found the bundle wrong there (torch.export's 0/1
+    specialisation), and is quoted by the loader's refusal; None otherwise.
+    """
 
     min: int | None
     max: int | None
+    min_reason: str | None = None
 
     def contains(self, size: int) -> bool:
         return (self.min is None or size >= self.min) and (self.max is None or size <= self.max)
 
     def describe(self) -> str:
         return f"{self.min if self.min is not None else 0}..{self.max if self.max is not None else 'inf'}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The manifest's form: ``min_reason`` only when there is one."""
+        data = asdict(self)
+        if data["min_reason"] is None:
+            del data["min_reason"]
+        return data
 
 
 @dataclass
@@ -145,6 +159,8 @@ class Manifest:
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        for name, component in self.components.items():
+            data["components"][name]["dims"] = {dim: r.as_dict() for dim, r in component.dims.items()}
         # format and version first: a reader sees what it is reading before anything else
         return {"format": data.pop("format"), "schema_version": data.pop("schema_version"), **data}
 
@@ -223,9 +239,9 @@ def summary_of(manifest: Manifest) -> dict[str, Any]:
         "input_shapes": _sample_shapes(component),
         "output_names": [o.name for o in component.outputs],
         "dynamic": manifest.dynamic,
-        "dims": {name: asdict(r) for name, r in component.dims.items()},
+        "dims": {name: r.as_dict() for name, r in component.dims.items()},
         "dynamic_dims": {  # the pre-bundle layout: per input, per dim index, its name and range
-            t.name: {str(i): {"symbol": d, **asdict(component.dims[d])} for i, d in enumerate(t.shape)
+            t.name: {str(i): {"symbol": d, **component.dims[d].as_dict()} for i, d in enumerate(t.shape)
                      if isinstance(d, str) and d in component.dims}
             for t in component.inputs if any(isinstance(d, str) and d in component.dims for d in t.shape)
         },

@@ -159,8 +159,9 @@ class ExportedComponent:
         if bounds is None:  # an expression of named dims: the named ones are checked where they stand alone
             return
         if not bounds.contains(size):
+            why = f": {bounds.min_reason}" if bounds.min_reason and bounds.min is not None and size < bounds.min else ""
             raise InputError(
-                f"input {name!r} dim {index} ({dim}) is {size}, outside the exported range {bounds.describe()}"
+                f"input {name!r} dim {index} ({dim}) is {size}, outside the validated range {bounds.describe()}{why}"
             )
         first = seen.setdefault(dim, (size, name, index))
         if first[0] != size:

@@ -21,7 +21,7 @@ from torch.export import ExportedProgram
 from exporters.bundle.format import ComponentSpec, ConstantLeaf, DimRange, TensorSpec, TracedInt
 from exporters.validation import leaf_name
 
-__all__ = ["constant_outputs", "describe_component", "dtype_name", "map_traced_constants", "output_structure", "pytree_type_names",
+__all__ = ["constant_outputs", "describe_component", "dim_role", "dtype_name", "map_traced_constants", "output_structure", "pytree_type_names",
            "user_input_placeholders"]
 
 # (leaf name, dim index) → role. The role names the dim only when the program left it symbolic. Leaves of a
@@ -54,7 +54,8 @@ _INPUT_DIM_ROLES: dict[tuple[str, int], str] = {
 }
 
 
-def _role(leaf: str, index: int) -> str | None:
+def dim_role(leaf: str, index: int) -> str | None:
+    """The role of dim ``index`` of input leaf ``leaf`` (``batch``, ``sequence``, ...), None when unknown."""
     head = leaf.split(".", 1)[0]
     role = _INPUT_DIM_ROLES.get((leaf, index)) or _INPUT_DIM_ROLES.get((head, index))
     if role is None and index == 0:
@@ -118,7 +119,7 @@ class _DimNamer:
     def name(self, symbol: sympy.Symbol, leaf: str, index: int) -> str:
         if symbol in self.names:
             return self.names[symbol]
-        role = _role(leaf, index)
+        role = dim_role(leaf, index)
         candidates = [role, f"{_identifier(leaf)}_{role}"] if role else []
         candidates.append(f"{_identifier(leaf)}_dim{index}")
         taken = set(self.dims)

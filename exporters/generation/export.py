@@ -160,6 +160,7 @@ class GenerationExport:
                 for label, inputs in cases:
                     report.shapes.append(_check_loaded(label, inputs, plan.module, loaded.components[plan.name],
                                                        result.atol, result.rtol))
+                result.check_smaller_shapes(plan.module, loaded.components[plan.name], report)
             result.validation = report
         self.check = check_generation(self.model, loaded, self.inputs, max_new_tokens=self.new_tokens)
         manifest = self.manifest()
@@ -275,6 +276,7 @@ def export_for_generation(
                 f"{type(model).__name__}: component {plan.name!r} failed on {backend}: "
                 f"{type(error).__name__}: {first_line}", plan.name) from error
         result.second_inputs = plan.second_inputs
+        result.smaller_inputs = plan.smaller_inputs
         result.metadata.model_class = type(model).__name__
         results[plan.name] = result
     return GenerationExport(backend, model, dict(inputs), plans, results, cache_layout(model, plans, config, backend),
