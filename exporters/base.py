@@ -31,9 +31,11 @@ from exporters.bundle.format import (
 )
 from exporters.flatten import leaves_with_path
 from exporters.minimum_sizes import check_smaller_shape
+from exporters.optional_inputs import eager_default, optional_arguments
 from exporters.utils import HitLog, check_disabled_names
 from exporters.validation import (
     MISMATCH,
+    PASS,
     OutputCheck,
     ShapeCheck,
     ValidationReport,
@@ -282,6 +284,25 @@ class ExportResult:
             stage_seconds=meta.stage_seconds, notes=meta.notes, options=meta.options,
         )
 
+    def check_optional_inputs(self, loaded: Any, report: ValidationReport) -> None:
+        """Find what eager fills for each optional argument the sample had (``token_type_ids``), validate the
+        loaded bundle called without it against eager called without it, and record the fills that passed
+        in ``self.component.optional`` (exporters.optional_inputs)."""
+        self.component.optional = {}
+        component = loaded.default
+        for name in optional_arguments(self.model, self.inputs):
+            default = eager_default(self.model, self.inputs, name, self.atol, self.rtol)
+            if default is None:
+                continue
+            without = {k: v for k, v in self.inputs.items() if k != name}
+            component.spec.optional[name] = default
+            check = _check_loaded(f"sample shape without {name}", without, self.model, loaded, self.atol, self.rtol)
+            report.omitted_inputs.append(check)
+            if check.status == PASS:
+                self.component.optional[name] = default
+            else:
+                del component.spec.optional[name]
+
     def _write(self, directory: Path) -> Manifest:
         seconds = self.metadata.stage_seconds
         for stage in ("write bundle", "validation"):  # this write's timings, not the sum over earlier ones
@@ -309,6 +330,7 @@ class ExportResult:
         for label, inputs in cases:
             report.shapes.append(_check_loaded(label, inputs, self.model, loaded, self.atol, self.rtol))
         self.check_smaller_shapes(self.model, loaded, report)
+        self.check_optional_inputs(loaded, report)
         _add_stage(self.metadata.stage_seconds, "validation", time.perf_counter() - started)
         self.validation = report
         manifest = self.manifest()

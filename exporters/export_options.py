@@ -398,12 +398,13 @@ def load_checkpoint(model: str, class_name: str, seed: int, pretrained: bool = F
     source: str | Path = path if local else model
     cls = model_class(class_name)
     config = transformers.AutoConfig.from_pretrained(source, local_files_only=local or hub.local_only())
-    if (local and _has_weights(path)) or (not local and pretrained):
+    if (local and has_weights(path)) or (not local and pretrained):
         return cls.from_pretrained(source, local_files_only=local or hub.local_only()).eval(), f"weights loaded from {model}"
     torch.manual_seed(seed)
     note = f"random weights (seed {seed}) from {model}'s config" + ("" if local else "; --pretrained loads its weights")
     return cls(config).eval(), note
 
 
-def _has_weights(directory: Path) -> bool:
+def has_weights(directory: Path) -> bool:
+    """Whether a checkpoint directory holds weights (else a model is random-initialised from its config)."""
     return any(directory.glob("*.safetensors")) or any(directory.glob("pytorch_model*.bin"))

@@ -93,6 +93,9 @@ class ValidationReport:
     # Shapes below the range torch.export proved (batch 1, a one-token prompt): they decide each dim's
     # validated minimum (exporters.minimum_sizes), not the verdict, which is the sample and second shapes'.
     smaller_shapes: list[ShapeCheck] = field(default_factory=list)
+    # The sample without each optional argument, on the bundle filling it as eager does
+    # (exporters.optional_inputs): they decide the manifest's ``optional``, not the verdict.
+    omitted_inputs: list[ShapeCheck] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -131,8 +134,9 @@ class ValidationReport:
 
     def as_dict(self) -> dict[str, Any]:
         data = {"status": self.status, "atol": self.atol, "rtol": self.rtol, "shapes": [asdict(s) for s in self.shapes]}
-        if self.smaller_shapes:
-            data["smaller_shapes"] = [asdict(s) | {"status": s.status} for s in self.smaller_shapes]
+        for name in ("smaller_shapes", "omitted_inputs"):
+            if getattr(self, name):
+                data[name] = [asdict(s) | {"status": s.status} for s in getattr(self, name)]
         return data
 
 

@@ -58,6 +58,9 @@ def quiet_library_logs() -> None:
     import torch  # noqa: F401 - torch configures its loggers on import: silence again after it
 
     silence()
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Loading weights: 100%|…" on every checkpoint load
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)

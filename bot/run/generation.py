@@ -231,7 +231,7 @@ class LedgerSkip(Exception):
 def build_generation_model(model: str, seed: int, task: str | None = None,
                            overrides: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """The eager model for a generation export and the ``source`` record that rebuilds it later."""
-    from exporters.export_options import OptionError, load_checkpoint
+    from exporters.export_options import OptionError, has_weights, load_checkpoint
     from exporters.generation.components import generation_kind
     from exporters.generation.support import unsupported_reason
     from exporters.tiny import TinyModelError, build_tiny, model_class
@@ -245,7 +245,9 @@ def build_generation_model(model: str, seed: int, task: str | None = None,
                 raise UsageProblem(f"{model}: no generating head for its config; choose one with --task "
                                    f"{' or '.join(GENERATION_TASKS)}")
             built, _ = load_checkpoint(model, name, seed)
-            source = {"checkpoint": str(path.resolve()), "seed": seed, "task": task}
+            # The path is provenance only: a bundle never needs it (rebuild_source); weights say whether the
+            # bundle's own config.json and the seed rebuild the model.
+            source = {"checkpoint": str(path.resolve()), "weights": has_weights(path), "seed": seed, "task": task}
         else:  # the generation knobs first (is_decoder on encoder-style configs); explicit overrides win
             overrides = {**generation_overrides(model_class(model).config_class()), **(overrides or {})}
             built = build_tiny(model, seed, overrides=overrides).model
@@ -277,15 +279,26 @@ def fill_decoder_start(model: Any) -> None:
         generation.decoder_start_token_id = config.pad_token_id
 
 
-def rebuild_source(source: dict[str, Any]) -> Any:
-    """The eager model a bundle's ``generation.source`` names."""
+def rebuild_source(source: dict[str, Any], bundle: Path) -> tuple[Any, str | None]:
+    """The eager model a bundle's ``generation.source`` names, or None and why it cannot be had.
+
+    Nothing outside the bundle is needed where the bundle determines the model: a tiny class (its name, seed
+    and overrides), or a checkpoint without weights (random from a config under a seed: the bundle's own
+    ``config.json``). A checkpoint's weights are not in the bundle (only the artifacts computed from them), so
+    comparing with it needs the checkpoint where it was (``checkpoint``, recorded as provenance)."""
     if "tiny" in source:
         model, _ = build_generation_model(source["tiny"], source.get("seed", 0), overrides=source.get("overrides"))
-        return model
+        return model, None
     if "checkpoint" in source:
-        model, _ = build_generation_model(source["checkpoint"], source.get("seed", 0), source.get("task"))
-        return model
-    raise UsageProblem("the bundle records no source model to compare with (use --no-compare)")
+        origin = Path(source["checkpoint"])
+        if source.get("weights") is False:
+            model, _ = build_generation_model(str(bundle), source.get("seed", 0), source.get("task"))
+            return model, None
+        if origin.is_dir():
+            model, _ = build_generation_model(str(origin), source.get("seed", 0), source.get("task"))
+            return model, None
+        return None, f"the weights of {origin}, which the bundle was exported from, are not there any more"
+    return None, "the bundle records no source model"
 
 
 def make_generation_exporter(backend: str, et_backend: str = "xnnpack", optimize: bool = True,

@@ -109,6 +109,15 @@ class ConstantLeaf:
 
 
 @dataclass
+class OptionalInput:
+    """An argument a caller may leave out: the bundle then feeds ``fill`` in the shape of argument
+    ``shape_of``, which is what eager does in its place (validated on the bundle: exporters.optional_inputs)."""
+
+    fill: int | float | bool
+    shape_of: str
+
+
+@dataclass
 class ComponentSpec:
     """One artifact file of a bundle and everything needed to call it and rebuild its outputs."""
 
@@ -124,10 +133,12 @@ class ComponentSpec:
     method: str = "forward"
     validation: dict[str, Any] | None = None
     constants: list[ConstantLeaf] = field(default_factory=list)
+    optional: dict[str, OptionalInput] = field(default_factory=dict)  # arguments filled when left out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ComponentSpec:
         data = _known(cls, data)
+        data["optional"] = {name: OptionalInput(**_known(OptionalInput, o)) for name, o in data.get("optional", {}).items()}
         data["inputs"] = [TensorSpec(**_known(TensorSpec, t)) for t in data.get("inputs", [])]
         data["outputs"] = [TensorSpec(**_known(TensorSpec, t)) for t in data.get("outputs", [])]
         data["constants"] = [ConstantLeaf(**_known(ConstantLeaf, c)) for c in data.get("constants", [])]
@@ -266,7 +277,11 @@ def _sample_shapes(component: ComponentSpec) -> dict[str, list[int | str]]:
 
 
 def write_model_configs(directory: Path, model: Any) -> dict[str, str | None]:
-    """``config.json`` and, for a model that can generate, ``generation_config.json``; returns the file names."""
+    """``config.json``, for a model that can generate ``generation_config.json``, and the tokenizer, processor
+    or feature extractor of the checkpoint the model came from (exporters.bundle.preprocessors); returns the
+    file names by kind."""
+    from exporters.bundle.preprocessors import save_preprocessors
+
     files: dict[str, str | None] = {"config": None, "generation_config": None}
     config = getattr(model, "config", None)
     if config is not None and hasattr(config, "save_pretrained"):
@@ -277,6 +292,7 @@ def write_model_configs(directory: Path, model: Any) -> dict[str, str | None]:
     if generation is not None and can_generate():
         generation.save_pretrained(directory)
         files["generation_config"] = "generation_config.json"
+    files.update(save_preprocessors(model, directory))
     return files
 
 
@@ -304,11 +320,20 @@ def staged_directory(destination: Path) -> Iterator[Path]:
     check_replaceable(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.staging-", dir=destination.parent))
+    # mkdtemp makes it private (0700) whatever the umask; published, it is a directory like any other.
+    staging.chmod(0o777 & ~current_umask())
     try:
         yield staging
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back: the only portable way)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def publish(staging: Path, destination: Path) -> Path:

@@ -205,7 +205,7 @@ class ExecutorchExporter:
             atol=config.atol,
             rtol=config.rtol,
             make_second_inputs=lambda: second_shape_inputs(program, inputs),
-            make_smaller_inputs=lambda: size_one_inputs(program, inputs),
+            make_smaller_inputs=lambda: size_one_inputs(program, inputs, dynamic_shapes),
         ).validated_if(validate)
 
     def _dynamic_shapes(self, inputs: Mapping[str, Any]) -> Any:

@@ -144,7 +144,8 @@ class OnnxExporter:
             atol=self.config.atol,
             rtol=self.config.rtol,
             make_second_inputs=(lambda: second_shape_inputs(program, inputs)) if self.config.dynamic else None,
-            make_smaller_inputs=(lambda: size_one_inputs(program, inputs)) if self.config.dynamic else None,
+            make_smaller_inputs=(lambda: size_one_inputs(program, inputs, self.config.dynamic_shapes))
+            if self.config.dynamic else None,
         ).validated_if(validate)
 
 
