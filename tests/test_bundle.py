@@ -75,7 +75,9 @@ def test_bundle_holds_manifest_configs_and_derived_summary(onnx_export, saved):
     assert component["file"] == "model.onnx" and component["runtime"] == "onnxruntime"
     assert component["arguments"] == list(result.inputs)
     assert [i["name"] for i in component["inputs"]] == ["input_ids", "attention_mask", "token_type_ids"]
-    assert component["inputs"][0] == {"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"]}
+    vocabulary = [int(result.inputs["input_ids"].min()), int(result.inputs["input_ids"].max())]
+    assert component["inputs"][0] == {"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"],
+                                      "values": vocabulary}
     assert component["dims"]["sequence"]["min"] == 1  # validated at 1 (torch.export's own range starts at 2)
     assert [o["name"] for o in component["outputs"]] == ["last_hidden_state", "pooler_output"]
     assert component["pytree_types"] == ["transformers.modeling_outputs.BaseModelOutputWithPoolingAndCrossAttentions"]
@@ -360,6 +362,17 @@ def test_pte_bundle_loads_and_runs_without_exportbot(et_export, saved, tmp_path)
 def test_onnx_bundle_runs_without_exportbot(onnx_export, saved, tmp_path):
     result = onnx_export("T5ForConditionalGeneration", True)
     _runs_without_exportbot(saved(result), result, tmp_path)
+
+
+def test_the_runtime_only_script_makes_valid_inputs_from_the_manifest(onnx_export, saved, tmp_path):
+    """No --inputs: BERT's token_type_ids (two types) come from the manifest's optional fill, its input_ids from
+    the sample's value range, its shape from the validated sample; random ids 0..9 used to crash ONNX Runtime."""
+    directory = saved(onnx_export("BertModel", True))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    completed = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_bundle_without_exportbot.py"),
+                                str(directory)], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert json.loads(completed.stdout)["outputs"] == [{"last_hidden_state": [2, 8, 32], "pooler_output": [2, 32]}]
 
 
 def _runs_without_exportbot(directory: Path, result, tmp_path: Path) -> None:

@@ -97,6 +97,25 @@ def test_one_token_prompts_and_batch_1_are_validated_and_generate(llama_bundle):
     assert result["prompt_lengths"] == [1] and result["eager_comparison"]["status"] == "pass"
 
 
+def test_the_runtime_only_script_generates_eagers_tokens_from_the_manifest_alone(llama_bundle, tmp_path):
+    """scripts/run_bundle_without_exportbot.py on a generation bundle: a greedy loop over onnxruntime alone,
+    written from export.json, gives the tokens exporters.load(dir).generate gives on its prompt."""
+    from exporters.bundle.loading import load
+
+    out, _, _ = llama_bundle
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_bundle_without_exportbot.py"), str(out),
+                          "--new-tokens", "6"], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout)
+    assert "exporters" not in result["imported"] and "transformers" not in result["imported"]
+    ids = torch.tensor(result["prompt_ids"])
+    vocabulary = json.loads((out / "export.json").read_text())["components"]["prefill"]["inputs"][0]["values"]
+    assert vocabulary[0] <= int(ids.min()) and int(ids.max()) <= vocabulary[1]
+    expected = load(out).generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, min_new_tokens=6)
+    assert result["tokens"] == expected.tokens.tolist()
+
+
 def test_a_different_model_is_a_mismatch_at_the_first_differing_step(llama_bundle):
     out, _, prompts = llama_bundle
     from exporters.bundle.loading import load

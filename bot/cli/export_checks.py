@@ -45,6 +45,8 @@ def check_request(
                                "(use --et-backend xnnpack)")
     check_without(without, backend, et_backend or "xnnpack")
     check_model(model, options.task)
+    if options.init_scale is not None and (Path(model).exists() or "/" in model):
+        raise UsageProblem(f"--init-scale scales a tiny model built from a class name; {model} is a checkpoint")
     return options
 
 

@@ -20,49 +20,64 @@ from rich.console import Console
 from rich.table import Table
 
 from bot.errors import EXIT_FAILED, UsageProblem, report_errors
-from bot.run.generation import LedgerSkip, export_generation, rebuild_source, rerun_generation
+from bot.run.generation import LedgerSkip, rebuild_source, rerun_generation
 from exporters.ledger import LedgerEntry
 
 
-def export_generation_command(model: str, backend: str, task: str, out_dir: Path | None, seed: int = 0,
-                              batch_size: int = 2, sequence_length: int = 8, max_sequence: int | None = None,
-                              et_backend: str | None = None, no_optimize: bool = False,
-                              without: tuple[str, ...] = (), ignore_ledger: bool = False) -> None:
-    """``exportbot export MODEL --task <generation task>``: the bundle, its table, exit 1 unless it passed."""
+def export_generation_command(model: str, target: str, backend: str, task: str, out_dir: Path | None,
+                              seed: int = 0, batch_size: int = 2, sequence_length: int = 8,
+                              max_sequence: int | None = None, et_backend: str | None = None,
+                              no_optimize: bool = False, without: tuple[str, ...] = (), ignore_ledger: bool = False,
+                              init_scale: float | None = None, try_builds: bool = False) -> None:
+    """``exportbot export MODEL --task <generation task>``: progress on stderr, the bundle's table on stdout,
+    every failure one line (and ``OUT.failed.json``), exit 1 unless it passed. ``target`` is what is built:
+    MODEL, or the generating head the task gives a class name (BertModel → BertLMHeadModel)."""
+    from bot.cli.progress import StageDisplay
+    from bot.errors import echo_failure
+    from bot.run.generation import new_generation_outcome, recorded_generation
+
     out_dir = out_dir or Path("out") / f"{Path(model).name}-{backend}-generation"
-    console = Console(stderr=True)
+    outcome = new_generation_outcome(target, backend)
+    outcome.workarounds_disabled = sorted(without)
+    outcome.optimize = False if no_optimize else None
+    if target != model:
+        click.echo(f"{model}: --task {task} exports its generating head, {target}", err=True)
     try:
-        with console.status(f"{model}: exporting prefill and decode with {backend}, then validating"):
-            export = export_generation(model, backend, out_dir, task=task, seed=seed, batch_size=batch_size,
-                                       prompt_length=sequence_length, max_cache_len=max_sequence or 64,
-                                       et_backend=et_backend or "xnnpack", optimize=not no_optimize,
-                                       without=without, ignore_ledger=ignore_ledger)
+        with StageDisplay(Console(stderr=True), target) as display:
+            export = recorded_generation(
+                outcome, out_dir, display, usage_raises=True, task=task, seed=seed, batch_size=batch_size,
+                prompt_length=sequence_length, max_cache_len=max_sequence or 64, et_backend=et_backend or "xnnpack",
+                optimize=not no_optimize, without=without, ignore_ledger=ignore_ledger, init_scale=init_scale,
+                try_builds=try_builds)
     except LedgerSkip as skip:
-        click.echo(f"{model}: {skip}\nUse --ignore-ledger to try the export anyway.")
+        click.echo(f"{target}: {skip}\nUse --ignore-ledger to try the export anyway.")
         sys.exit(EXIT_FAILED)
-    print_export(Console(), model, backend, export, out_dir)
-    if export.status != "pass":
-        click.echo(f"{model}: generation export {export.status}: {(export.problems() or ['not validated'])[0]}"
-                   " (nothing written)", err=True)
+    if export is not None:
+        print_export(Console(), model, target, backend, export, out_dir, outcome.seconds)
+    if outcome.status != "pass":
+        echo_failure(outcome)
         sys.exit(EXIT_FAILED)
 
 
-def print_export(console: Console, model: str, backend: str, export: Any, out_dir: Path) -> None:
-    table = Table(title=f"{model} → {backend} (generation): {export.status}", title_justify="left")
-    for column in ("component", "validation", "export s", "inputs"):
+def print_export(console: Console, model: str, target: str, backend: str, export: Any, out_dir: Path,
+                 seconds: float) -> None:
+    """The components (verdict, their export and validation seconds, inputs), the token comparison, the time."""
+    head = f"{model} ({target})" if target != model else model
+    table = Table(title=f"{head} → {backend} (generation): {export.status}", title_justify="left")
+    for column in ("component", "validation", "export s", "validate s", "inputs"):
         table.add_column(column, overflow="fold")
     for name, result in export.results.items():
-        seconds = sum(result.metadata.stage_seconds.values())
+        stages = result.metadata.stage_seconds
         status = result.validation.status if result.validation else "not validated"
-        table.add_row(name, status, f"{seconds:.1f}", ", ".join(result.component.arguments[:4]) +
-                      (" …" if len(result.component.arguments) > 4 else ""))
+        table.add_row(name, status, f"{stages.get('total', 0.0):.1f}", f"{stages.get('validation', 0.0):.1f}",
+                      ", ".join(result.component.arguments[:4]) + (" …" if len(result.component.arguments) > 4 else ""))
     console.print(table)
     if export.check is not None:
         console.print(f"generate vs eager: {export.check.status}: {export.check.detail}")
+    console.print(f"time: {seconds:.1f}s in all (building the model, both exports, validation, the token comparison)",
+                  highlight=False)
     if export.status == "pass":
         console.print(f"bundle: {out_dir}")
-    for problem in export.problems()[:5]:
-        console.print(f"[red]{problem}[/red]")
 
 
 @click.command("generate")

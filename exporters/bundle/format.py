@@ -91,11 +91,22 @@ class DimRange:
 
 @dataclass
 class TensorSpec:
-    """One input or output leaf of an artifact: its name, dtype and shape (ints static, names dynamic)."""
+    """One input or output leaf of an artifact: its name, dtype and shape (ints static, names dynamic).
+
+    ``values`` (integer inputs only) is ``[min, max]`` of the sample the export was validated with: ids in
+    that range are valid for the model (a vocabulary, two token types), which is what a caller without the
+    model's config, such as scripts/run_bundle_without_exportbot.py, needs to make inputs."""
 
     name: str
     dtype: str
     shape: list[int | str]
+    values: list[int] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if data["values"] is None:
+            del data["values"]
+        return data
 
 
 @dataclass
@@ -172,6 +183,8 @@ class Manifest:
         data = asdict(self)
         for name, component in self.components.items():
             data["components"][name]["dims"] = {dim: r.as_dict() for dim, r in component.dims.items()}
+            for kind in ("inputs", "outputs"):
+                data["components"][name][kind] = [t.as_dict() for t in getattr(component, kind)]
         # format and version first: a reader sees what it is reading before anything else
         return {"format": data.pop("format"), "schema_version": data.pop("schema_version"), **data}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import torch.utils._pytree as pytree
 
-from exporters.bundle.format import ComponentSpec
+from exporters.bundle.format import BundleError, ComponentSpec
 
 __all__ = ["RUNNERS", "Runner", "open_runner"]
 
@@ -86,4 +86,8 @@ def open_runner(directory: Path, spec: ComponentSpec) -> Runner:
     path = Path(directory) / spec.file
     if not path.is_file():
         raise FileNotFoundError(f"{path}: the manifest names this file, but it is not in the bundle")
-    return RUNNERS[spec.runtime](path, spec)
+    try:
+        return RUNNERS[spec.runtime](path, spec)
+    except Exception as error:  # a truncated or corrupted file: each runtime says it its own way
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        raise BundleError(f"{path}: {spec.runtime} cannot load it ({type(error).__name__}: {first})") from error

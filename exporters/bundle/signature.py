@@ -229,6 +229,13 @@ def constant_outputs(out_flat: list[tuple[Any, Any]]) -> list[ConstantLeaf]:
     return constants
 
 
+def _value_range(value: torch.Tensor) -> list[int] | None:
+    """``[min, max]`` of an integer sample input (ids, masks, token types), None for floats, bools or empty."""
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool or value.numel() == 0:
+        return None
+    return [int(value.min()), int(value.max())]
+
+
 def describe_component(
     program: ExportedProgram, inputs: Mapping[str, Any], file: str, runtime: str, method: str = "forward"
 ) -> ComponentSpec:
@@ -245,8 +252,9 @@ def describe_component(
         )
     namer = _DimNamer(program)
     input_specs = [
-        TensorSpec(name, dtype_name(node.meta["val"].dtype), namer.shape(node.meta["val"].shape, name))
-        for (name, _), node in zip(tensor_leaves, placeholders)
+        TensorSpec(name, dtype_name(node.meta["val"].dtype), namer.shape(node.meta["val"].shape, name),
+                   _value_range(value))
+        for (name, value), node in zip(tensor_leaves, placeholders)
     ]
     outputs = output_structure(program)
     out_flat, out_spec = pytree.tree_flatten_with_path(outputs)
