@@ -199,8 +199,11 @@ class ExportbotGroup(click.Group):
         return super().main(args, *rest, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
+        from exporters.stages import interrupts_recorded
+
         try:
-            return super().invoke(ctx)
+            with interrupts_recorded():  # a Ctrl-C is never lost in a callback Python swallows it in
+                return super().invoke(ctx)
         except click.UsageError as error:  # a subcommand's option or argument (parsed inside invoke)
             raise one_line(error) from None
         except KeyboardInterrupt:

@@ -28,10 +28,13 @@ def export_generation_command(model: str, target: str, backend: str, task: str, 
                               seed: int = 0, batch_size: int = 2, sequence_length: int = 8,
                               max_sequence: int | None = None, et_backend: str | None = None,
                               no_optimize: bool = False, without: tuple[str, ...] = (), ignore_ledger: bool = False,
-                              init_scale: float | None = None, try_builds: bool = False) -> None:
-    """``exportbot export MODEL --task <generation task>``: progress on stderr, the bundle's table on stdout,
-    every failure one line (and ``OUT.failed.json``), exit 1 unless it passed. ``target`` is what is built:
-    MODEL, or the generating head the task gives a class name (BertModel → BertLMHeadModel)."""
+                              init_scale: float | None = None, try_builds: bool = False, as_json: bool = False,
+                              outcome_json: Path | None = None) -> None:
+    """``exportbot export MODEL --task <generation task>``: progress on stderr, the bundle's table (or with
+    ``--json`` the outcome record) on stdout, every failure one line (and ``OUT.failed.json``), exit 1 unless it
+    passed. ``target`` is what is built: MODEL, or the generating head the task gives a class name (BertModel →
+    BertLMHeadModel)."""
+    from bot.cli.json_output import emit_json
     from bot.cli.progress import StageDisplay
     from bot.errors import echo_failure
     from bot.run.generation import new_generation_outcome, recorded_generation
@@ -52,7 +55,11 @@ def export_generation_command(model: str, target: str, backend: str, task: str, 
     except LedgerSkip as skip:
         click.echo(f"{target}: {skip}\nUse --ignore-ledger to try the export anyway.")
         sys.exit(EXIT_FAILED)
-    if export is not None:
+    if outcome_json is not None:
+        emit_json(outcome.as_dict(), outcome_json)
+    if as_json:
+        emit_json(outcome.as_dict())
+    elif export is not None:
         print_export(Console(), model, target, backend, export, out_dir, outcome.seconds)
     if outcome.status != "pass":
         echo_failure(outcome)

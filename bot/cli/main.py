@@ -69,6 +69,7 @@ def quiet_library_logs() -> None:
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # "Loading weights: 100%|…" on every checkpoint load
+    transformers_logging.set_verbosity_error()  # model-init notes ("Initializing global attention …")
     # Every warning of third-party code (torch's, transformers', the ONNX reference evaluator's numpy
     # RuntimeWarnings while onnxscript folds constants) is for its developers; exportbot's own still show.
     warnings.filterwarnings("ignore")
@@ -149,13 +150,17 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
         return rerun_generation_command(entry, model, backend, out_dir, outcome_json, as_json, seed, without)
     generation = generation_class(model, task)
     if generation is not None:  # prefill + decode with a KV cache: bot/cli/generate.py
+        from bot.cli.export_checks import check_generation_request
+
+        check_generation_request(backend, out_dir, et_backend=et_backend, no_optimize=no_optimize, without=without)
         target = model if Path(model).is_dir() else generation
         seed_given = click.get_current_context().get_parameter_source("seed") is not ParameterSource.DEFAULT
         return export_generation_command(model, target, backend, task, out_dir, seed=seed, batch_size=batch_size,
                                          sequence_length=sequence_length, max_sequence=max_sequence,
                                          et_backend=et_backend, no_optimize=no_optimize, without=without,
                                          ignore_ledger=ignore_ledger, init_scale=init_scale,
-                                         try_builds=not seed_given and init_scale is None)
+                                         try_builds=not seed_given and init_scale is None, as_json=as_json,
+                                         outcome_json=outcome_json)
 
     mode = "dynamic" if dynamic or dynamic_dims else "static"  # a --dynamic-dim makes the export dynamic
     out_dir = out_dir or Path("out") / f"{Path(model).name}-{backend}-{mode}"
@@ -169,6 +174,11 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
         from bot.cli.export_checks import check_repro
 
         check_repro(repro, model, backend, dynamic)
+    if not Path(model).exists() and options.task is not None:
+        from exporters.export_options import resolve_class_name
+
+        if (head := resolve_class_name(model, options.task)) != model:  # a task that changes the class says so
+            click.echo(f"{model}: --task {options.task} exports {head}", err=True)
     from bot.cli.progress import StageDisplay
 
     request = ExportRequest(model, backend, dynamic, optimize=False if no_optimize else None,

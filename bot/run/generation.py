@@ -94,7 +94,7 @@ def recorded_generation(outcome: ExportOutcome, out_dir: Path, progress: Callabl
                 outcome.cause = (outcome.error.splitlines() or [""])[0]
             return None
         except KeyboardInterrupt:
-            outcome.status, outcome.failed_stage = INTERRUPTED, stages.failed or next(reversed(stages.active), None)
+            outcome.status, outcome.failed_stage = INTERRUPTED, stages.stopped_at
             record_failure(outcome, out_dir)
             raise
         except Exception as error:  # the export failed: that is the result, with its cause and traceback
@@ -393,27 +393,27 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
     def stage(name: str) -> Any:
         return stages.stage(name) if stages is not None else contextlib.nullcontext()
 
+    if prompt_length + new_tokens > max_cache_len:  # bad input: said before any work
+        raise UsageProblem(f"--sequence-length {prompt_length} + {new_tokens} new tokens exceed max_cache_len "
+                           f"{max_cache_len}")
     with stage("building model"):
         seed, overrides, tries = tiny_build(model, seed, overrides, init_scale, try_builds)
         built, source = build_generation_model(model, seed, task, overrides)
         if tries:
             source["tries"] = tries
+        inputs = sample_prompts(built, batch=batch_size, prompt_length=prompt_length, seed=seed)
     if not ignore_ledger:
         from exporters.ledger import load_ledger
 
         entry = load_ledger().skip(type(built).__name__, backend, dynamic=True, generate=True)
         if entry is not None:
             raise LedgerSkip(entry)
-    if prompt_length + new_tokens > max_cache_len:
-        raise UsageProblem(f"--sequence-length {prompt_length} + {new_tokens} new tokens exceed max_cache_len "
-                           f"{max_cache_len}")
-    with stage("building model"):
-        inputs = sample_prompts(built, batch=batch_size, prompt_length=prompt_length, seed=seed)
     exporter = make_generation_exporter(backend, et_backend, optimize, without)
+    announce = (lambda name: stages.report(f"exporting {name}")) if stages is not None else None
     with stage("exporting components"):
         try:
-            export = export_for_generation(exporter, built, inputs,
-                                           GenerationExportConfig(max_cache_len=max_cache_len), new_tokens=new_tokens)
+            export = export_for_generation(exporter, built, inputs, GenerationExportConfig(max_cache_len=max_cache_len),
+                                           new_tokens=new_tokens, on_component=announce)
         except GenerationUnsupported as error:  # found at the first eager prefill (no cache returned)
             raise NotForGeneration(str(error)) from None
     export.layout["source"] = source

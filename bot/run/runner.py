@@ -108,7 +108,7 @@ def export_one(request: ExportRequest, progress: Callable[[str], None] = lambda 
         try:
             report = _build_export_validate(outcome, request, repro_entry, class_name, optimize, started, stages)
         except KeyboardInterrupt:  # recorded, then handed on: the CLI exits 130
-            outcome.status, outcome.failed_stage = INTERRUPTED, stages.failed
+            outcome.status, outcome.failed_stage = INTERRUPTED, stages.stopped_at
             outcome.seconds = round(time.perf_counter() - started, 3)
             record_failure(outcome, request.out_dir)
             raise

@@ -353,6 +353,9 @@ def publish(staging: Path, destination: Path) -> Path:
     """Move a finished bundle into place. An existing destination is renamed aside first and removed only
     after the new bundle is in place, so at every moment ``destination`` is the old bundle or the new one.
     The record of an earlier failed export into ``destination`` goes: it no longer describes what is there."""
+    from exporters.stages import raise_if_interrupted
+
+    raise_if_interrupted()  # a Ctrl-C that landed where Python swallows exceptions: nothing is published
     destination = Path(destination)
     check_replaceable(destination)
     aside = None

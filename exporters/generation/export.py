@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,7 @@ def export_for_generation(
     inputs: dict[str, torch.Tensor],
     config: GenerationExportConfig | None = None,
     new_tokens: int = 16,
+    on_component: Callable[[str], None] | None = None,
 ) -> GenerationExport:
     """Export ``model``'s generation components with ``exporter`` (a Dynamo, ONNX or ExecuTorch exporter).
 
@@ -258,6 +260,7 @@ def export_for_generation(
     since validation then covers padding. A model that keeps no KV cache in transformers' ``Cache`` raises
     ``GenerationUnsupported`` (exporters.generation.support) naming why, before any tracing. Nothing is
     validated here: call ``.save(dir)`` (validates the written bundle first) or ``.validate()``.
+    ``on_component(name)`` is told as each component's export starts (progress displays).
     """
     config = config or GenerationExportConfig()
     backend = exporter.backend
@@ -268,6 +271,8 @@ def export_for_generation(
     plans = plan_components(model, inputs, config, backend)
     results: dict[str, ExportResult] = {}
     for plan in plans:
+        if on_component is not None:
+            on_component(plan.name)
         try:
             result = export_component(exporter, plan)
         except Exception as error:
