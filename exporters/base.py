@@ -192,15 +192,21 @@ class ExportResult:
         # The program's own ranges: every validation starts from them, so validating twice records the same.
         self.traced_dims = copy.deepcopy(self.component.dims)
 
+    def _made_once(self, maker: str, made: str) -> Any:
+        """What the ``maker`` field makes, made on first read and kept in ``made``; the time goes to the
+        ``second-shape inputs`` stage (an export nobody validates never pays it)."""
+        make = getattr(self, maker)
+        if make is not None:
+            started = time.perf_counter()
+            setattr(self, made, make())
+            setattr(self, maker, None)
+            _add_stage(self.metadata.stage_seconds, "second-shape inputs", time.perf_counter() - started)
+        return getattr(self, made)
+
     @property
     def second_inputs(self) -> dict[str, Any] | None:
         """Inputs of another batch/sequence size, or None (a static program); made once, on first read."""
-        if self.make_second_inputs is not None:
-            started = time.perf_counter()
-            self._second_inputs = self.make_second_inputs()
-            self.make_second_inputs = None
-            _add_stage(self.metadata.stage_seconds, "second-shape inputs", time.perf_counter() - started)
-        return self._second_inputs
+        return self._made_once("make_second_inputs", "_second_inputs")
 
     @second_inputs.setter
     def second_inputs(self, value: dict[str, Any] | None) -> None:
@@ -210,12 +216,7 @@ class ExportResult:
     @property
     def smaller_inputs(self) -> list[tuple[str, dict[str, Any]]]:
         """``[(label, inputs)]`` at sizes below the program's range; made once, on first read."""
-        if self.make_smaller_inputs is not None:
-            started = time.perf_counter()
-            self._smaller_inputs = self.make_smaller_inputs()
-            self.make_smaller_inputs = None
-            _add_stage(self.metadata.stage_seconds, "second-shape inputs", time.perf_counter() - started)
-        return self._smaller_inputs
+        return self._made_once("make_smaller_inputs", "_smaller_inputs")
 
     @smaller_inputs.setter
     def smaller_inputs(self, value: list[tuple[str, dict[str, Any]]]) -> None:

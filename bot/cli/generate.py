@@ -142,8 +142,13 @@ def generate_command(directory: Path, prompts: tuple[str, ...], prompt_length: i
                                "temperature": temperature, "top_k": top_k, "seed": seed}
     if not stop_at_eos:
         options["min_new_tokens"] = max_new_tokens
+    from exporters.bundle.loading import InputError
+
     started = time.perf_counter()
-    output = bundle.generate(**inputs, **options)
+    try:
+        output = bundle.generate(**inputs, **options)
+    except InputError as error:  # a prompt outside what the bundle validated: the loader says why, in one line
+        raise UsageProblem(f"{directory}: {error}") from None
     seconds = time.perf_counter() - started
     result: dict[str, Any] = {
         "directory": str(directory), "backend": bundle.metadata.backend, "model_class": bundle.metadata.model_class,
