@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from exporters.bundle.decoding import EagerGeneration, run_generation
+from exporters.bundle.stepping import ComponentSession
 from exporters.generation.check import check_generation
 from exporters.generation.components import GenerationExportConfig, plan_components, sample_prompts
 from exporters.tiny import build_tiny
@@ -95,6 +96,21 @@ def test_one_token_prompts_and_batch_1_are_validated_and_generate(llama_bundle):
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(run.stdout)
     assert result["prompt_lengths"] == [1] and result["eager_comparison"]["status"] == "pass"
+
+
+def test_the_default_bundle_generates_up_to_the_models_context(llama_bundle):
+    """Exported with no --max-sequence, the bundle holds the model's context (the tiny Llama's 128 positions,
+    under the 2,048 default cap): a 16-token prompt generates 112 tokens, eager's, where the old default
+    (64) refused anything past 48 new tokens."""
+    from exporters.bundle.loading import load
+
+    out, export, _ = llama_bundle
+    model = export.model
+    assert json.loads((out / "export.json").read_text())["generation"]["max_cache_len"] == 128
+    assert model.config.max_position_embeddings == 128
+    prompts = sample_prompts(model, batch=2, prompt_length=16)
+    check = check_generation(model, load(out), prompts, max_new_tokens=112)
+    assert check.status == "pass", check.detail
 
 
 def test_the_runtime_only_script_generates_eagers_tokens_from_the_manifest_alone(llama_bundle, tmp_path):
@@ -179,7 +195,7 @@ def test_eager_components_reproduce_eager_generate():
     layout = cache_layout(model, plans, config, "onnx")
     check = check_generation(model, EagerGeneration(plans, layout), prompts, max_new_tokens=16)
     assert check.status == "pass", check.detail
-    output = run_generation({p.name: p.module for p in plans}, layout, prompts, max_new_tokens=3)
+    output = run_generation(ComponentSession({p.name: p.module for p in plans}, layout), layout, prompts, max_new_tokens=3)
     assert output.tokens.shape == (2, 3) and output.decode_steps == 2
 
 

@@ -220,12 +220,12 @@ def test_fields_named_by_an_alias_keep_their_shrunk_value():
 def test_mamba2_blocks_of_every_family_get_tiny_heads_state_and_chunks():
     # Falcon-H1 names them mamba_*: left at 128 heads and a 256-wide state, its chunked scan made one eager
     # forward 6.4 s and 500 MB, and the generation export ran out of the sweep's 4 GiB.
-    from exporters.generation.components import GenerationExportConfig
+    from exporters.generation.components import default_max_cache_len
     from exporters.tiny.layers import SSM_STATE
     from exporters.tiny.shrink import default_config, model_class, shrink_config
     from exporters.tiny.sizes import HEADS
 
     config = shrink_config(default_config(model_class("FalconH1ForCausalLM")))
     assert config.mamba_n_heads <= HEADS and config.mamba_d_state <= SSM_STATE
-    assert config.mamba_chunk_size > GenerationExportConfig().max_cache_len  # every prompt padded, as full-size
+    assert config.mamba_chunk_size > default_max_cache_len(config)  # every prompt padded, as full-size
     assert config.mamba_n_heads * config.mamba_d_head == config.mamba_d_ssm == config.mamba_expand * config.hidden_size

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from exporters.bundle.decoding import run_generation
+from exporters.bundle.stepping import ComponentSession
 
 VOCAB = 8
 
@@ -32,7 +33,8 @@ def test_min_new_tokens_skips_eos_ids_outside_the_vocabulary():
     # index past the logits (IndexError before), and the in-vocabulary EOS must still be masked.
     layout = {"kind": "decoder-only", "eos_token_id": [2, 151329], "pad_token_id": 0}
     prompt = {"input_ids": torch.tensor([[3, 4]]), "attention_mask": torch.ones(1, 2, dtype=torch.long)}
-    out = run_generation(_components(favourite=2), layout, prompt, max_new_tokens=3, min_new_tokens=2)
+    out = run_generation(ComponentSession(_components(favourite=2), layout), layout, prompt, max_new_tokens=3,
+                         min_new_tokens=2)
     assert out.tokens.tolist() == [[5, 5, 2]]
 
 

@@ -34,7 +34,7 @@ def test_llava_components_reproduce_eager_generate_with_the_image():
     assert layout["image_input"]["tokens_per_image"] == 16 and "pixel_values" not in plans[1].inputs
     check = check_generation(model, EagerGeneration(plans, layout), prompts)
     assert check.status == "pass", check.detail
-    seen = EagerGeneration(plans, layout).generate(**prompts, max_new_tokens=1)
+    seen = EagerGeneration(plans, layout).generate(**prompts, max_new_tokens=1, output_logits=True)
     blind = dict(prompts, pixel_values=torch.zeros_like(prompts["pixel_values"]))
-    unseen = EagerGeneration(plans, layout).generate(**blind, max_new_tokens=1)
+    unseen = EagerGeneration(plans, layout).generate(**blind, max_new_tokens=1, output_logits=True)
     assert (seen.logits[0] - unseen.logits[0]).abs().max() > 1e-3  # the image reaches prefill's logits

@@ -49,7 +49,7 @@ def export_generation_command(model: str, target: str, backend: str, task: str, 
         with StageDisplay(Console(stderr=True), target) as display:
             export = recorded_generation(
                 outcome, out_dir, display, usage_raises=True, task=task, seed=seed, batch_size=batch_size,
-                prompt_length=sequence_length, max_cache_len=max_sequence or 64, et_backend=et_backend or "xnnpack",
+                prompt_length=sequence_length, max_cache_len=max_sequence, et_backend=et_backend or "xnnpack",
                 optimize=not no_optimize, without=without, ignore_ledger=ignore_ledger, init_scale=init_scale,
                 try_builds=try_builds)
     except LedgerSkip as skip:

@@ -93,7 +93,8 @@ def quiet_library_logs() -> None:
               help="Side of the sample images (a class name: also the tiny config's image_size).")
 @click.option("--max-batch", type=int, default=None, help="Upper bound of the dynamic batch dim (with --dynamic).")
 @click.option("--max-sequence", type=int, default=None,
-              help="Upper bound of the dynamic sequence dim (with --dynamic; ExecuTorch default 128).")
+              help="Upper bound of the dynamic sequence dim (with --dynamic; ExecuTorch default 128). Generation "
+                   "tasks: prompt plus new tokens [default: the model's context, at most 2048].")
 @click.option("--dynamic-dim", "dynamic_dims", multiple=True, metavar="NAME:AXIS[:MIN:MAX]",
               help="Also make this input axis dynamic, within MIN..MAX (repeatable; ExecuTorch needs MAX).")
 @click.option("--opset", type=int, default=None, help="ONNX opset (18-23) [default: 20].")

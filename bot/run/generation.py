@@ -371,7 +371,7 @@ def make_generation_exporter(backend: str, et_backend: str = "xnnpack", optimize
 
 
 def export_generation(model: str, backend: str, out_dir: Path, task: str | None = None, seed: int = 0,
-                      max_cache_len: int = 64, batch_size: int = 2, prompt_length: int = 8, new_tokens: int = 16,
+                      max_cache_len: int | None = None, batch_size: int = 2, prompt_length: int = 8, new_tokens: int = 16,
                       et_backend: str = "xnnpack", optimize: bool = True, without: tuple[str, ...] = (),
                       overrides: dict[str, Any] | None = None, ignore_ledger: bool = False,
                       stages: Any = None, init_scale: float | None = None, try_builds: bool = False) -> Any:
@@ -393,12 +393,18 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
     def stage(name: str) -> Any:
         return stages.stage(name) if stages is not None else contextlib.nullcontext()
 
-    if prompt_length + new_tokens > max_cache_len:  # bad input: said before any work
-        raise UsageProblem(f"--sequence-length {prompt_length} + {new_tokens} new tokens exceed max_cache_len "
-                           f"{max_cache_len}")
+    def check_fits(limit: int) -> None:  # bad input: said before any export work
+        if prompt_length + new_tokens > limit:
+            raise UsageProblem(f"--sequence-length {prompt_length} + {new_tokens} new tokens exceed max_cache_len "
+                               f"{limit}")
+
+    if max_cache_len is not None:
+        check_fits(max_cache_len)
+    config = GenerationExportConfig(max_cache_len=max_cache_len)
     with stage("building model"):
         seed, overrides, tries = tiny_build(model, seed, overrides, init_scale, try_builds)
         built, source = build_generation_model(model, seed, task, overrides)
+        check_fits(config.cache_len(built))  # the default: the model's context, at most DEFAULT_MAX_CACHE_LEN
         if tries:
             source["tries"] = tries
         inputs = sample_prompts(built, batch=batch_size, prompt_length=prompt_length, seed=seed)
@@ -412,7 +418,7 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
     announce = (lambda name: stages.report(f"exporting {name}")) if stages is not None else None
     with stage("exporting components"):
         try:
-            export = export_for_generation(exporter, built, inputs, GenerationExportConfig(max_cache_len=max_cache_len),
+            export = export_for_generation(exporter, built, inputs, config,
                                            new_tokens=new_tokens, on_component=announce)
         except GenerationUnsupported as error:  # found at the first eager prefill (no cache returned)
             raise NotForGeneration(str(error)) from None

@@ -111,7 +111,8 @@ def check_generation(model: torch.nn.Module, bundle: Any, inputs: dict[str, torc
     eager_tokens, eager_logits, eager_seconds = eager_generate(model, layout, inputs, max_new_tokens)
     mask = inputs.get("attention_mask")
     lengths = [int(v) for v in mask.sum(-1)] if mask is not None else []
-    exported = bundle.generate(**inputs, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens)
+    exported = bundle.generate(**inputs, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
+                               output_logits=True)
     batch = int(eager_tokens.shape[0])
 
     def verdict(status: str, detail: str, **extra: Any) -> GenerationCheck:

@@ -50,9 +50,11 @@ from exporters.generation.cache import (
 from exporters.generation.support import returned_cache
 
 __all__ = [
+    "DEFAULT_MAX_CACHE_LEN",
     "ComponentPlan",
     "GenerationExportConfig",
     "cache_layout",
+    "default_max_cache_len",
     "generation_kind",
     "plan_components",
 ]
@@ -62,27 +64,57 @@ ENCODER_DECODER = "encoder-decoder"
 IMAGE_INPUT = "pixel_values"  # a vision-language model's prefill input (vision encoder + projector inside)
 
 
+# The cache a bundle holds when nothing else is asked for: the model's own context, capped here, since ExecuTorch
+# plans memory for the whole bound (docs/generation.md, "Cache").
+DEFAULT_MAX_CACHE_LEN = 2048
+# Config fields that name a decoder's context (the longest sequence its positions cover), in the order tried.
+CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_target_positions", "n_ctx", "max_sequence_length",
+                  "seq_length")
+
+
 @dataclass
 class GenerationExportConfig:
     """Sizes a generation export is built for.
 
     ``max_cache_len`` bounds prompt plus generated tokens (ExecuTorch plans memory for it and rejects longer
-    sequences; ONNX and ``.pt2`` record it as the export's tested limit). ``max_batch`` bounds a dynamic batch.
-    ``static_batch`` fixes the batch to the sample inputs' (default: only for ExecuTorch).
+    sequences; ONNX and ``.pt2`` record it as the export's tested limit); None (the default): the model's
+    context, at most ``DEFAULT_MAX_CACHE_LEN`` (``default_max_cache_len``). ``max_batch`` bounds a dynamic
+    batch. ``static_batch`` fixes the batch to the sample inputs' (default: only for ExecuTorch).
     """
 
-    max_cache_len: int = 64
+    max_cache_len: int | None = None
     max_batch: int = 8
     static_batch: bool | None = None
 
     def __post_init__(self) -> None:
-        if self.max_cache_len < 4:
+        if self.max_cache_len is not None and self.max_cache_len < 4:
             raise ValueError(f"max_cache_len must be at least 4, got {self.max_cache_len}")
         if self.max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {self.max_batch}")
 
+    def cache_len(self, model: torch.nn.Module) -> int:
+        """``max_cache_len``, or the default for ``model``."""
+        return self.max_cache_len if self.max_cache_len is not None else default_max_cache_len(model.config)
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def model_context(config: Any) -> int | None:
+    """The longest sequence the decoder's positions cover (``max_position_embeddings`` and its other names), or
+    None when its config names none (relative positions: T5)."""
+    text = config.get_text_config(decoder=True)
+    for name in CONTEXT_FIELDS:
+        value = getattr(text, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def default_max_cache_len(config: Any) -> int:
+    """The cache length a bundle of this model holds by default: its context, at most ``DEFAULT_MAX_CACHE_LEN``."""
+    context = model_context(config)
+    return min(context, DEFAULT_MAX_CACHE_LEN) if context is not None else DEFAULT_MAX_CACHE_LEN
 
 
 def generation_kind(model: torch.nn.Module) -> str:
@@ -249,9 +281,10 @@ def plan_components(
     inputs = dict(inputs)
     if "attention_mask" not in inputs and "input_ids" in inputs:
         inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+    longest = config.cache_len(model)
     if generation_kind(model) == DECODER_ONLY:
-        return _plan_decoder_only(model, inputs, batch, config.max_cache_len, static)
-    return _plan_encoder_decoder(model, inputs, batch, config.max_cache_len, static)
+        return _plan_decoder_only(model, inputs, batch, longest, static)
+    return _plan_encoder_decoder(model, inputs, batch, longest, static)
 
 
 def _second_prompt(prompt: Mapping[str, torch.Tensor], sequence_inputs: tuple[str, ...],
@@ -385,7 +418,7 @@ def cache_layout(model: torch.nn.Module, plans: list[ComponentPlan], config: Gen
         "cache": "dynamic",
         "components": [p.name for p in plans],
         "layers": _layers(model) if kind == ENCODER_DECODER else len(new_cache(model).layers),
-        "max_cache_len": config.max_cache_len,
+        "max_cache_len": config.cache_len(model),
         "batch": "static" if static_batch(config, backend) or IMAGE_INPUT in plans[0].inputs else "dynamic",
         "batch_size": int(decode.inputs["input_ids" if kind == DECODER_ONLY else "decoder_input_ids"].shape[0]),
         **_state_groups(model, kind, tensors),
