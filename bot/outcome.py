@@ -35,6 +35,7 @@ class ExportRequest:
     backend: str = "dynamo"
     dynamic: bool = False
     optimize: bool | None = None  # ONNX only; None = follow the ledger
+    ort_fusions: bool = False  # ONNX only: ONNX Runtime's fused operators (exporters/onnx/fusions.py)
     et_backend: str = "xnnpack"
     without: tuple[str, ...] = ()
     ignore_ledger: tuple[str, ...] = ()  # entry ids, or ("all",)

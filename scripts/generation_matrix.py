@@ -134,8 +134,8 @@ def main() -> None:
     parser.add_argument("--recheck-fresh", action="store_true",
                         help="re-run the fresh-process check of passing records whose check did not run")
     parser.add_argument("--markdown", nargs="+", type=Path, metavar="JSON",
-                        help="print the table of these result files (model / backend / components / tokens equal / "
-                             "decode tokens/s vs eager) and exit")
+                        help="print the table of these result files (model / backend / components / tokens equal) "
+                             "and exit; decode speed is benchmarks/bench_decode.py's")
     args = parser.parse_args()
     if args.markdown:
         records = []
@@ -175,18 +175,18 @@ def main() -> None:
 
 
 def markdown_table(records: list[dict[str, Any]]) -> str:
-    """One row per (model, backend): components, verdicts, decode speed against eager with the same cache."""
+    """One row per (model, backend): components and verdicts. The records' decode speeds (against the project's
+    own eager wrappers, at load 20-25) are no speed claim and stay out of the table: docs/generation.md's
+    "Decode speed" is benchmarks/bench_decode.py's, against transformers' ``generate``."""
     order = {name: i for i, (name, _, _) in enumerate(MATRIX)}
     latest = {(r["model"], r["backend"]): r for r in records}  # a later file's attempt supersedes (init scale)
     records = list(latest.values())
-    rows = ["| model | backend | components | validated | tokens equal (export / fresh process) | seed "
-            "| decode tok/s | eager tok/s | vs eager |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| model | backend | components | validated | tokens equal (export / fresh process) | seed |",
+            "|---|---|---|---|---|---|"]
     for r in sorted(records, key=lambda r: (order.get(r["model"], 99), r["backend"])):
         check = r.get("check", {})
         fresh = r.get("fresh_process", {})
         equal = {"pass": "yes", "mismatch": "no", "inconclusive": "inconclusive"}
-        exported, eager = r.get("exported_decode_tokens_per_second"), r.get("eager_decode_tokens_per_second")
-        ratio = f"{exported / eager:.1f}x" if exported and eager else "—"
         verdict = r.get("status", "")
         tokens = equal.get(check.get("status"), "—")
         if "although the tokens agree" in check.get("detail", ""):
@@ -198,8 +198,7 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
         rows.append(
             f"| {r['model']} | {r['backend']} | {', '.join(r.get('components', [])) or '—'} | {verdict} | "
             f"{tokens} / {equal.get(fresh.get('status'), fresh.get('status') or '—')} | "
-            f"{seed} | {exported if exported is not None else '—'} | "
-            f"{eager if eager is not None else '—'} | {ratio} |")
+            f"{seed} |")
     return "\n".join(rows)
 
 

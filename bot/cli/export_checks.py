@@ -24,10 +24,11 @@ from exporters.ledger import LedgerError, default_registry_dir, load_ledger
 
 def check_request(
     model: str, backend: str, dynamic: bool, out_dir: Path, *, et_backend: str | None, no_optimize: bool,
-    without: tuple[str, ...], dynamic_dims: tuple[str, ...], **option_values: object,
+    without: tuple[str, ...], dynamic_dims: tuple[str, ...], ort_fusions: bool = False, **option_values: object,
 ) -> ExportOptions:  # fmt: skip
     """The ``ExportOptions`` of a valid request; ``UsageProblem`` (exit 2) for the first problem found."""
-    check_generation_request(backend, out_dir, et_backend=et_backend, no_optimize=no_optimize, without=())
+    check_generation_request(backend, out_dir, et_backend=et_backend, no_optimize=no_optimize, without=(),
+                             ort_fusions=ort_fusions)
     try:
         options = ExportOptions(dynamic_dims=tuple(DynamicDim.parse(d) for d in dynamic_dims), **option_values)
         options.check(backend, dynamic, et_backend or "xnnpack")
@@ -47,15 +48,16 @@ def check_request(
 
 
 def check_generation_request(backend: str, out_dir: Path | None, *, et_backend: str | None,
-                             no_optimize: bool, without: tuple[str, ...]) -> None:
+                             no_optimize: bool, without: tuple[str, ...], ort_fusions: bool = False) -> None:
     """``check_request``'s checks that apply to a generation export (its own options are checked where it
     starts, before any work): ``--out``, the backend's options, the ``--without`` names."""
     if out_dir is not None:
         check_writable(out_dir)
     if et_backend is not None and backend != "executorch":
         raise UsageProblem(f"--et-backend {et_backend} is an ExecuTorch option; --backend is {backend}")
-    if no_optimize and backend != "onnx":
-        raise UsageProblem(f"--no-optimize is an ONNX option; --backend is {backend}")
+    for flag, given in (("--no-optimize", no_optimize), ("--ort-fusions", ort_fusions)):
+        if given and backend != "onnx":
+            raise UsageProblem(f"{flag} is an ONNX option; --backend is {backend}")
     check_without(without, backend, et_backend or "xnnpack")
 
 

@@ -27,7 +27,8 @@ from exporters.ledger import LedgerEntry
 def export_generation_command(model: str, target: str, backend: str, task: str, out_dir: Path | None,
                               seed: int = 0, batch_size: int = 2, sequence_length: int = 8,
                               max_sequence: int | None = None, et_backend: str | None = None,
-                              no_optimize: bool = False, without: tuple[str, ...] = (), ignore_ledger: bool = False,
+                              no_optimize: bool = False, ort_fusions: bool = False, without: tuple[str, ...] = (),
+                              ignore_ledger: bool = False,
                               init_scale: float | None = None, try_builds: bool = False, as_json: bool = False,
                               outcome_json: Path | None = None) -> None:
     """``exportbot export MODEL --task <generation task>``: progress on stderr, the bundle's table (or with
@@ -50,7 +51,7 @@ def export_generation_command(model: str, target: str, backend: str, task: str, 
             export = recorded_generation(
                 outcome, out_dir, display, usage_raises=True, task=task, seed=seed, batch_size=batch_size,
                 prompt_length=sequence_length, max_cache_len=max_sequence, et_backend=et_backend or "xnnpack",
-                optimize=not no_optimize, without=without, ignore_ledger=ignore_ledger, init_scale=init_scale,
+                optimize=not no_optimize, ort_fusions=ort_fusions, without=without, ignore_ledger=ignore_ledger, init_scale=init_scale,
                 try_builds=try_builds)
     except LedgerSkip as skip:
         click.echo(f"{target}: {skip}\nUse --ignore-ledger to try the export anyway.")

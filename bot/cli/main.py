@@ -105,6 +105,9 @@ def quiet_library_logs() -> None:
 @click.option("--rtol", type=float, default=None, help="Relative tolerance of validation [default: per backend/dtype].")
 @click.option("--pretrained", is_flag=True, help="Hub id: load its weights too (else random weights from its config).")
 @click.option("--no-optimize", is_flag=True, help="ONNX: turn the onnxscript optimizer off.")
+@click.option("--ort-fusions", is_flag=True,
+              help="ONNX: rewrite the graph into ONNX Runtime's fused ops (RMS/skip norm, rotary embedding, "
+                   "attention where matched), validated like any export; runs in ONNX Runtime only.")
 @click.option("--et-backend", type=SuggestingChoice(["xnnpack", "cuda"]), default=None,
               help="ExecuTorch delegate [default: xnnpack]; cuda needs a GPU.")
 @click.option("--without", multiple=True, metavar="NAME",
@@ -127,7 +130,7 @@ def quiet_library_logs() -> None:
 def export_command(model: str, backend: str, task: str | None, dynamic: bool, out_dir: Path | None,
                    batch_size: int, sequence_length: int, image_size: int | None, max_batch: int | None,
                    max_sequence: int | None, dynamic_dims: tuple[str, ...], opset: int | None, dtype: str | None,
-                   atol: float | None, rtol: float | None, pretrained: bool, no_optimize: bool,
+                   atol: float | None, rtol: float | None, pretrained: bool, no_optimize: bool, ort_fusions: bool,
                    et_backend: str | None, without: tuple[str, ...], ignore_ledger: bool, seed: int,
                    init_scale: float | None, repro: str | None, as_json: bool, outcome_json: Path | None) -> None:
     """Export MODEL and check the artifact against the eager model.
@@ -144,6 +147,7 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
       exportbot export ./ckpt --task text-classification --dtype float16 --backend onnx
       exportbot export ViTModel --backend executorch --batch-size 1 --image-size 64
       exportbot export LlamaModel --dynamic-dim input_ids:1:2:32 --dynamic-dim attention_mask:1:2:32
+      exportbot export LlamaForCausalLM --task text-generation --backend onnx --ort-fusions
     """
     from bot.cli.export_checks import check_request
 
@@ -153,12 +157,14 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
     if generation is not None:  # prefill + decode with a KV cache: bot/cli/generate.py
         from bot.cli.export_checks import check_generation_request
 
-        check_generation_request(backend, out_dir, et_backend=et_backend, no_optimize=no_optimize, without=without)
+        check_generation_request(backend, out_dir, et_backend=et_backend, no_optimize=no_optimize, without=without,
+                                 ort_fusions=ort_fusions)
         target = model if Path(model).is_dir() else generation
         seed_given = click.get_current_context().get_parameter_source("seed") is not ParameterSource.DEFAULT
         return export_generation_command(model, target, backend, task, out_dir, seed=seed, batch_size=batch_size,
                                          sequence_length=sequence_length, max_sequence=max_sequence,
-                                         et_backend=et_backend, no_optimize=no_optimize, without=without,
+                                         et_backend=et_backend, no_optimize=no_optimize, ort_fusions=ort_fusions,
+                                         without=without,
                                          ignore_ledger=ignore_ledger, init_scale=init_scale,
                                          try_builds=not seed_given and init_scale is None, as_json=as_json,
                                          outcome_json=outcome_json)
@@ -166,7 +172,8 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
     mode = "dynamic" if dynamic or dynamic_dims else "static"  # a --dynamic-dim makes the export dynamic
     out_dir = out_dir or Path("out") / f"{Path(model).name}-{backend}-{mode}"
     options = check_request(
-        model, backend, dynamic, out_dir, et_backend=et_backend, no_optimize=no_optimize, without=without,
+        model, backend, dynamic, out_dir, et_backend=et_backend, no_optimize=no_optimize, ort_fusions=ort_fusions,
+        without=without,
         task=task, batch_size=batch_size, sequence_length=sequence_length, image_size=image_size,
         max_batch=max_batch, max_sequence=max_sequence, dynamic_dims=dynamic_dims, opset=opset, dtype=dtype,
         atol=atol, rtol=rtol, pretrained=pretrained, init_scale=init_scale,
@@ -182,7 +189,7 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
             click.echo(f"{model}: --task {options.task} exports {head}", err=True)
     from bot.cli.progress import StageDisplay
 
-    request = ExportRequest(model, backend, dynamic, optimize=False if no_optimize else None,
+    request = ExportRequest(model, backend, dynamic, optimize=False if no_optimize else None, ort_fusions=ort_fusions,
                             et_backend=et_backend or "xnnpack", without=without,
                             ignore_ledger=("all",) if ignore_ledger else (), seed=seed, out_dir=out_dir,
                             repro=repro, options=options)

@@ -356,11 +356,11 @@ def rebuild_source(source: dict[str, Any], bundle: Path) -> tuple[Any, str | Non
 
 
 def make_generation_exporter(backend: str, et_backend: str = "xnnpack", optimize: bool = True,
-                             without: tuple[str, ...] = ()) -> Any:
+                             without: tuple[str, ...] = (), ort_fusions: bool = False) -> Any:
     if backend == "onnx":
         from exporters.onnx.exporter import OnnxConfig, OnnxExporter
 
-        return OnnxExporter(OnnxConfig(optimize=optimize, without=frozenset(without)))
+        return OnnxExporter(OnnxConfig(optimize=optimize, ort_fusions=ort_fusions, without=frozenset(without)))
     if backend == "executorch":
         from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
 
@@ -374,7 +374,8 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
                       max_cache_len: int | None = None, batch_size: int = 2, prompt_length: int = 8, new_tokens: int = 16,
                       et_backend: str = "xnnpack", optimize: bool = True, without: tuple[str, ...] = (),
                       overrides: dict[str, Any] | None = None, ignore_ledger: bool = False,
-                      stages: Any = None, init_scale: float | None = None, try_builds: bool = False) -> Any:
+                      stages: Any = None, init_scale: float | None = None, try_builds: bool = False,
+                      ort_fusions: bool = False) -> Any:
     """Export, validate from the written files, publish: the ``export --task <generation task>`` path.
 
     Raises ``LedgerSkip`` when an EXPORT_SKIPS entry gates this class's generation export on ``backend``
@@ -414,7 +415,7 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
         entry = load_ledger().skip(type(built).__name__, backend, dynamic=True, generate=True)
         if entry is not None:
             raise LedgerSkip(entry)
-    exporter = make_generation_exporter(backend, et_backend, optimize, without)
+    exporter = make_generation_exporter(backend, et_backend, optimize, without, ort_fusions)
     announce = (lambda name: stages.report(f"exporting {name}")) if stages is not None else None
     with stage("exporting components"):
         try:

@@ -39,7 +39,7 @@ def make_exporter(request: ExportRequest, optimize: bool, inputs: dict[str, Any]
     if request.backend == "onnx":
         from exporters.onnx.exporter import OnnxConfig, OnnxExporter
 
-        return OnnxExporter(OnnxConfig(optimize=optimize, **common))
+        return OnnxExporter(OnnxConfig(optimize=optimize, ort_fusions=request.ort_fusions, **common))
     if request.backend == "executorch":
         from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
 

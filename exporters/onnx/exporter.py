@@ -11,6 +11,8 @@ workaround):
 4. ONNX translations — ``_ONNX_TRANSLATION_TABLE``: aten op → custom onnxscript function ``_aten_*``
    (``exporters/onnx/translations.py``).
 5. ONNX IR fixes — ``_IR_FIXES``: ``_fix_ir_*`` functions rewriting the finished model for ONNX Runtime.
+6. ORT fusions — with ``OnnxConfig(ort_fusions=True)`` only: ONNX Runtime's fused operators
+   (``exporters/onnx/fusions.py``), on the fixed graph, so validation covers them.
 
 The onnxscript optimizer runs unless the model class is listed in ``ONNX_DISABLE_OPTIMIZE`` (the
 ledger) for the export's mode, or ``OnnxConfig(optimize=False)``.
@@ -42,6 +44,7 @@ from exporters.dynamo.exporter import (
 from exporters.fx_rewrites import feed_contiguous, make_reshape_input_contiguous, split_complex_arithmetic
 from exporters.masks import broadcast_expansion
 from exporters.onnx import folding, rewriter  # noqa: F401  (register the onnxscript optimizer patches)
+from exporters.onnx.fusions import fuse_for_onnxruntime
 from exporters.onnx.translations import translation_table
 from exporters.utils import (
     Workaround,
@@ -67,6 +70,10 @@ class OnnxConfig:
     """How to export to ONNX. Tolerances are ONNX Runtime vs eager in fp32: kernels differ (fused
     MatMul/Softmax), so rtol is looser than Dynamo's; atol stays at 1e-4.
 
+    ``ort_fusions`` rewrites the graph into ONNX Runtime's fused operators (RMS norm, skip norm, rotary
+    embedding, attention where matched: ``exporters/onnx/fusions.py``); the artifact then runs in ONNX Runtime
+    only, which is what validates and loads it.
+
     ``opset_version`` 20 is torch.onnx's own default in torch 2.13: from opset 20 GELU is one ``Gelu`` node
     instead of an Erf formula of five (BERT 131 → 123 nodes, Whisper 276 → 252), which ONNX Runtime runs
     faster; it is named here, not left to torch, so the manifest records what the graph targets.
@@ -76,6 +83,7 @@ class OnnxConfig:
     dynamic_shapes: Any = None
     static_dims: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # as DynamoConfig's
     optimize: bool = True
+    ort_fusions: bool = False
     opset_version: int = 20
     without: frozenset[str] = frozenset()
     atol: float = 1e-4
@@ -129,6 +137,10 @@ class OnnxExporter:
         with clock("ir fixes"), tracking_hits(run.hits):
             name_graph(onnx_program.model, component, placeholders)
             apply_ir_fixes(onnx_program.model, self.config.without)
+        if self.config.ort_fusions:
+            with clock("ort fusions"):
+                fused = fuse_for_onnxruntime(onnx_program.model)
+            metadata.notes.append(f"ONNX Runtime fusions: {fused or 'none matched'}")
         metadata.workarounds_fired = dict(sorted(run.hits.counts.items()))
         session = functools.cache(lambda: _session(onnx_program.model))  # only validation pays for it
         run.finish()
