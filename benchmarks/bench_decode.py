@@ -13,6 +13,9 @@ warm-up:
   the loop's overhead (goal >= 0.95);
 * ``ours-onnx-fused``: the same with ``--ort-fusions`` (ONNX Runtime's fused norms and attention where
   matched), with its own minimal loop;
+* ``-1t`` variants (``ours-onnx-1t``, ``ours-onnx-fused-1t``, ``genai-1t``): one ONNX Runtime intra-op thread
+  (``exporters.load(dir, threads=1)``; genai's ``session_options``); on 2 shared cores, threads that wait for
+  each other cost more than the second core gives;
 * ``ours-pte``: our ``.pte`` bundle (XNNPACK) in the ExecuTorch runtime (ExecuTorch keeps the batch static:
   one bundle per batch);
 * ``genai``: onnxruntime-genai 0.18.0's model builder (fp32, CPU) on the same checkpoint and its runtime's own
@@ -25,7 +28,10 @@ warm-up:
 * ``hf-onnx``: transformers.exporters' ONNX generation artifacts (``prefill.onnx`` / ``decode.onnx``) driven by
   the same minimal loop.
 
-Every configuration's tokens are compared with eager's (``tokens_equal_eager``). Artifacts are built once into
+Every configuration's tokens are compared with eager's (``tokens_equal_eager``), and its rate with the best
+variant of each anchor in the same row (``vs_eager``, ``vs_genai``, ``vs_et_llm``). ``--profile`` adds ONNX
+Runtime's per-step profile of our ONNX bundles (``step_profile``: kernel time per operator, at its default
+threads). Artifacts are built once into
 ``.exportbot-cache/bench/decode`` (``--rebuild`` to build again); our bundles are built and validated token for
 token against eager by ``save()`` (their ``export.json`` ``generation.validation`` is copied into the results).
 The load average at the start and end is recorded: the ratios within one run are what count.
@@ -56,7 +62,10 @@ WORK = CACHE / "bench" / "decode"
 GENAI = "0.18.0"
 GENAI_DIR = CACHE / f"onnxruntime-genai-{GENAI}"
 NEW_TOKENS, REPEATS = 32, 3
-RUNTIMES = ["eager", "ours-onnx", "ours-onnx-fused", "ours-pte", "genai", "et-llm", "hf-onnx"]
+RUNTIMES = ["eager", "ours-onnx", "ours-onnx-1t", "ours-onnx-fused", "ours-onnx-fused-1t", "ours-pte", "genai",
+            "genai-1t", "et-llm", "hf-onnx"]
+# Anchors: a configuration's rate is compared with the best of each anchor's variants in the same row.
+ANCHORS = {"eager": ["eager"], "genai": ["genai", "genai-1t"], "et_llm": ["et-llm"]}
 
 
 # ── Artifacts (built once, each in its own process) ──
@@ -165,7 +174,9 @@ def build_et_llm(directory: Path, out: Path) -> None:
 
 
 def artifact(name: str, model: str, batch: int, rebuild: bool) -> Path:
-    """The directory of runtime ``name``'s artifacts for ``model`` (built here, in a child process, if absent)."""
+    """The directory of runtime ``name``'s artifacts for ``model`` (built here, in a child process, if absent);
+    a ``-1t`` variant (one intra-op thread) runs its base's."""
+    name = name.removesuffix("-1t")
     per_batch = name == "ours-pte"  # ExecuTorch bundles keep the sample's batch
     out = WORK / model / (f"{name}-b{batch}" if per_batch else name)
     if name == "eager":
@@ -206,27 +217,38 @@ def best(run: Any) -> tuple[float, list[list[int]]]:
 
 
 def measure_eager(directory: Path, ids: np.ndarray) -> dict[str, Any]:
+    """transformers' ``generate``; a logits processor stamps the time each step's logits reach it, so the rate
+    is from the first decode step to the last, as for every other configuration. Measured with torch's default
+    threads and with one thread, the anchor being the faster: on 2 shared cores, torch's intra-op threads
+    wait for each other whenever another process holds a core (4-10x slower at load 5), which would make the
+    anchor, not our bundles, the thing measured."""
     import torch
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig, LogitsProcessorList
 
     model = load_eager(directory)
     input_ids = torch.from_numpy(ids)
     mask = torch.ones_like(input_ids)
 
-    def timed(new: int) -> tuple[float, Any]:
-        config = GenerationConfig(do_sample=False, max_new_tokens=new, min_new_tokens=new, pad_token_id=0)
-        started = time.perf_counter()
-        with torch.inference_mode():
-            out = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config)
-        return time.perf_counter() - started, out[:, ids.shape[1]:]
-
     def run(new: int) -> tuple[float, list[list[int]]]:
-        prefill, _ = timed(1)
-        total, tokens = timed(new)
-        return (new - 1) * len(ids) / max(total - prefill, 1e-9), tokens.tolist()
+        stamps: list[float] = []
 
+        def stamp(_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+            stamps.append(time.perf_counter())
+            return scores
+
+        config = GenerationConfig(do_sample=False, max_new_tokens=new, min_new_tokens=new, pad_token_id=0)
+        with torch.inference_mode():
+            out = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config,
+                                 logits_processor=LogitsProcessorList([stamp]))
+        # stamps[0]: the prefill's logits; stamps[-1]: the last decode step's
+        return (new - 1) * len(ids) / (stamps[-1] - stamps[0]), out[:, ids.shape[1]:].tolist()
+
+    threads = torch.get_num_threads()
     rate, tokens = best(run)
-    return {"tokens_per_second": rate, "tokens": tokens}
+    torch.set_num_threads(1)
+    single, _ = best(run)
+    return {"tokens_per_second": max(rate, single), "tokens": tokens,
+            f"tokens_per_second_{threads}_threads": round(rate, 1), "tokens_per_second_1_thread": round(single, 1)}
 
 
 def minimal_loop(prefill: Any, decode: Any, feed: dict[str, np.ndarray], carried: list[tuple[str, int]],
@@ -263,12 +285,12 @@ def minimal_loop(prefill: Any, decode: Any, feed: dict[str, np.ndarray], carried
     return (new - 1) * batch / (time.perf_counter() - started), tokens.tolist()
 
 
-def measure_ours(directory: Path, ids: np.ndarray) -> dict[str, Any]:
+def measure_ours(directory: Path, ids: np.ndarray, threads: int | None = None) -> dict[str, Any]:
     import torch
 
     from exporters.bundle.loading import load
 
-    bundle = load(directory)
+    bundle = load(directory, threads=threads)
     input_ids = torch.from_numpy(ids)
     mask = torch.ones_like(input_ids)
 
@@ -367,6 +389,9 @@ def measure_et_llm(directory: Path, ids: np.ndarray) -> dict[str, Any]:
     """ExecuTorch's LLM ``.pte``: ``forward(tokens [1, n], input_pos [1])`` -> the last position's logits, the
     cache kept and updated inside the program; batch 1 only."""
     import torch
+    from executorch.extension.llm.custom_ops import (
+        custom_ops,  # noqa: F401  (its update_cache / sdpa kernels)
+    )
     from executorch.runtime import Runtime
 
     if len(ids) != 1:
@@ -390,11 +415,14 @@ def measure_et_llm(directory: Path, ids: np.ndarray) -> dict[str, Any]:
     return {"tokens_per_second": rate, "tokens": tokens}
 
 
-def measure_genai(directory: Path, ids: np.ndarray) -> dict[str, Any]:
+def measure_genai(directory: Path, ids: np.ndarray, threads: int | None = None) -> dict[str, Any]:
     sys.path.insert(0, str(GENAI_DIR))
     import onnxruntime_genai as og
 
-    model = og.Model(str(directory))
+    config = og.Config(str(directory))
+    if threads is not None:
+        config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": threads}}}}))
+    model = og.Model(config)
 
     def run(new: int) -> tuple[float, list[list[int]]]:
         params = og.GeneratorParams(model)
@@ -413,9 +441,11 @@ def measure_genai(directory: Path, ids: np.ndarray) -> dict[str, Any]:
     return {"tokens_per_second": rate, "tokens": tokens}
 
 
-def measure(runtime: str, model: str, context: int, batch: int, rebuild: bool) -> dict[str, Any]:
-    """One configuration in a child process: its rate, tokens and peak RSS."""
-    directory = artifact(runtime, model, batch, rebuild)
+def measure(runtime: str, model: str, context: int, batch: int, built: dict[str, Any]) -> dict[str, Any]:
+    """One configuration in a child process: its rate, tokens and peak RSS (``built``: the artifacts)."""
+    directory = built.get((runtime, batch if runtime == "ours-pte" else 1))
+    if not isinstance(directory, Path):
+        return {"error": f"not run: its artifacts failed to build ({directory})"}
     code = (f"import bench_decode as b, json; from pathlib import Path; "
             f"print('RESULT', json.dumps(b.child({runtime!r}, Path({str(directory)!r}), {model!r}, {context}, "
             f"{batch})))")
@@ -429,10 +459,13 @@ def measure(runtime: str, model: str, context: int, batch: int, rebuild: bool) -
 
 def child(runtime: str, directory: Path, model: str, context: int, batch: int) -> dict[str, Any]:
     ids = prompt(model, context, batch)
-    measure_runtime = {"eager": measure_eager, "genai": measure_genai, "hf-onnx": measure_hf_onnx,
-                       "et-llm": measure_et_llm}.get(
-        runtime, measure_ours)
-    result = measure_runtime(directory, ids)
+    base, threads = runtime.removesuffix("-1t"), 1 if runtime.endswith("-1t") else None
+    if base == "genai":
+        result = measure_genai(directory, ids, threads)
+    elif base.startswith("ours"):
+        result = measure_ours(directory, ids, threads)
+    else:
+        result = {"eager": measure_eager, "hf-onnx": measure_hf_onnx, "et-llm": measure_et_llm}[base](directory, ids)
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return result
 
@@ -466,17 +499,23 @@ def main() -> None:
         "settings": {"new_tokens": NEW_TOKENS, "repeats": REPEATS, "dtype": "float32", "greedy": True},
         "artifacts": {}, "rows": [],
     }
+    built: dict[tuple[str, int], Any] = {}  # (runtime, batch) -> directory, or why it failed to build
     for runtime in runtimes:
         for batch in sorted({b if runtime == "ours-pte" else 1 for b in args.batches}):
-            directory = artifact(runtime, args.model, batch, args.rebuild)
-            built = directory / ".built"
-            results["artifacts"][directory.name] = json.loads(built.read_text()) if built.is_file() else {}
+            try:
+                directory = built[runtime, batch] = artifact(runtime, args.model, batch, args.rebuild)
+            except subprocess.CalledProcessError as error:
+                built[runtime, batch] = f"{runtime}: build exited {error.returncode}"
+                results["artifacts"][f"{runtime}-b{batch}"] = {"error": built[runtime, batch]}
+                continue
+            stamp = directory / ".built"
+            results["artifacts"][directory.name] = json.loads(stamp.read_text()) if stamp.is_file() else {}
     for context in args.contexts:
         for batch in args.batches:
             row: dict[str, Any] = {"context": context, "batch": batch}
             for runtime in runtimes:
                 print(f"{args.model} context {context} batch {batch}: {runtime}", file=sys.stderr, flush=True)
-                row[runtime] = measure(runtime, args.model, context, batch, False)
+                row[runtime] = measure(runtime, args.model, context, batch, built)
             _compare(row, runtimes)
             results["rows"].append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
@@ -487,17 +526,17 @@ def main() -> None:
 
 def markdown(results: dict[str, Any]) -> str:
     """The results as docs/generation.md's "Decode speed" table."""
-    lines = ["| context | batch | runtime / mode | tok/s | vs eager | vs genai | generate() / minimal loop "
-             "| tokens = eager | validated | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| context | batch | runtime / mode | tok/s | vs eager | vs genai | vs ET LLM | generate() / minimal loop "
+             "| tokens = eager | validated | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in results["rows"]:
         for runtime, entry in row.items():
             if not isinstance(entry, dict):
                 continue
             if "error" in entry:
                 lines.append(f"| {row['context']} | {row['batch']} | {runtime} | error: {entry['error'][:90]} "
-                             "| | | | | | |")
+                             "| | | | | | | |")
                 continue
-            cells = [entry.get("tokens_per_second"), entry.get("vs_eager"), entry.get("vs_genai"),
+            cells = [entry.get("tokens_per_second"), entry.get("vs_eager"), entry.get("vs_genai"), entry.get("vs_et_llm"),
                      entry.get("generate_vs_minimal"), entry.get("tokens_equal_eager"), entry.get("validation"),
                      entry.get("peak_rss_mb")]
             text = ["—" if c is None else ("yes" if c is True else "no" if c is False else str(c)) for c in cells]
@@ -514,9 +553,10 @@ def _compare(row: dict[str, Any], runtimes: list[str]) -> None:
             continue
         if runtime != "eager" and eager_tokens is not None:
             entry["tokens_equal_eager"] = entry["tokens"] == eager_tokens
-        for anchor in ("eager", "genai"):
-            if anchor != runtime and "tokens_per_second" in row.get(anchor, {}):
-                entry[f"vs_{anchor}"] = round(entry["tokens_per_second"] / row[anchor]["tokens_per_second"], 3)
+        for anchor, variants in ANCHORS.items():
+            rates = [row[v]["tokens_per_second"] for v in variants if "tokens_per_second" in row.get(v, {})]
+            if rates and runtime not in variants:
+                entry[f"vs_{anchor}"] = round(entry["tokens_per_second"] / max(rates), 3)
     for runtime in runtimes:
         entry = row[runtime]
         for key in [k for k in entry if k.endswith("tokens_per_second") or k.endswith("_vs_minimal")]:

@@ -113,6 +113,20 @@ def test_the_default_bundle_generates_up_to_the_models_context(llama_bundle):
     assert check.status == "pass", check.detail
 
 
+def test_load_sets_onnxruntimes_threads_and_generates_the_same_tokens(llama_bundle):
+    """``load(dir, threads=1)``: every ONNX Runtime session of the bundle runs one intra-op thread (faster decode
+    on shared cores: docs/generation.md, "Decode speed"), and generates what the default sessions do."""
+    from exporters.bundle.loading import load
+
+    out, _, prompts = llama_bundle
+    single = load(out, threads=1)
+    for component in single.components.values():
+        assert component.runner.session.get_session_options().intra_op_num_threads == 1
+    assert load(out).components["decode"].runner.session.get_session_options().intra_op_num_threads == 0
+    expected = load(out).generate(**prompts, max_new_tokens=8).tokens
+    assert torch.equal(single.generate(**prompts, max_new_tokens=8).tokens, expected)
+
+
 def test_the_runtime_only_script_generates_eagers_tokens_from_the_manifest_alone(llama_bundle, tmp_path):
     """scripts/run_bundle_without_exportbot.py on a generation bundle: a greedy loop over onnxruntime alone,
     written from export.json, gives the tokens exporters.load(dir).generate gives on its prompt."""

@@ -64,9 +64,11 @@ def _chooser(do_sample: bool, temperature: float, top_k: int, seed: int | None,
     argmax is an EOS token (``np.argmax`` takes the first maximum, as ``torch.argmax`` does), so only then is
     the choice made again on a masked copy."""
     if not do_sample:
+        eos_ids = set(eos.tolist())  # a set lookup per row: a few hundred ns, where the array compare takes µs
+
         def greedy(logits: np.ndarray, step: int) -> np.ndarray:
             token = logits.argmax(-1)
-            if step < min_new_tokens and _is_eos(token, eos).any():
+            if step < min_new_tokens and not eos_ids.isdisjoint(token.tolist()):
                 token = _suppressed(logits, eos).argmax(-1)
             return token
 

@@ -76,7 +76,7 @@ def register_bundle_types(directory: Path | str) -> None:
 class ExportedComponent:
     """One artifact of a bundle, callable with the eager model's keyword arguments."""
 
-    def __init__(self, directory: Path, name: str, spec: ComponentSpec):
+    def __init__(self, directory: Path, name: str, spec: ComponentSpec, threads: int | None = None):
         self.name = name
         self.spec = spec
         register_pytree_names(spec.pytree_types)
@@ -85,7 +85,7 @@ class ExportedComponent:
         placeholder = pytree.tree_unflatten([0] * self.in_spec.num_leaves, self.in_spec)
         self.leaf_names = [leaf_name(path) for path, _ in leaves_with_path(placeholder)]
         self.has_traced_constants = map_traced_constants(self.out_spec, lambda value: value) is not self.out_spec
-        self.runner = open_runner(directory, spec)
+        self.runner = open_runner(directory, spec, threads)
 
     @property
     def input_names(self) -> list[str]:
@@ -277,10 +277,15 @@ class ExportedModel:
                 f"model_class={self.metadata.model_class!r}, components={list(self.components)})")
 
 
-def load(directory: Path | str) -> ExportedModel:
+def load(directory: Path | str, threads: int | None = None) -> ExportedModel:
     """Load a bundle written by ``ExportResult.save`` / ``exportbot export``; every component's file is
-    opened in a fresh runtime object now, so a broken file fails here rather than at the first call."""
+    opened in a fresh runtime object now, so a broken file fails here rather than at the first call.
+
+    ``threads``: ONNX Runtime's intra-op threads (default: its own, one per core). On cores shared with other
+    work, one thread decodes faster than threads that wait for each other (docs/generation.md, "Decode
+    speed")."""
     directory = Path(directory)
     manifest = read_manifest(directory)
-    components = {name: ExportedComponent(directory, name, spec) for name, spec in manifest.components.items()}
+    components = {name: ExportedComponent(directory, name, spec, threads)
+                  for name, spec in manifest.components.items()}
     return ExportedModel(directory, manifest, components)

@@ -25,11 +25,13 @@ Runner = Callable[[Mapping[str, torch.Tensor]], list[torch.Tensor]]
 class OnnxRuntimeRunner:
     """``onnxruntime.InferenceSession`` on the file (external weights beside it are found by ONNX Runtime)."""
 
-    def __init__(self, path: Path, spec: ComponentSpec):
+    def __init__(self, path: Path, spec: ComponentSpec, threads: int | None = None):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        if threads is not None:
+            options.intra_op_num_threads = threads
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.names = [i.name for i in self.session.get_inputs()]
 
@@ -79,14 +81,17 @@ RUNNERS: dict[str, Callable[[Path, ComponentSpec], Runner]] = {
 }
 
 
-def open_runner(directory: Path, spec: ComponentSpec) -> Runner:
-    """A fresh runner for ``spec``'s file in ``directory``."""
+def open_runner(directory: Path, spec: ComponentSpec, threads: int | None = None) -> Runner:
+    """A fresh runner for ``spec``'s file in ``directory``; ``threads`` sets ONNX Runtime's intra-op threads (the
+    other runtimes keep their own)."""
     if spec.runtime not in RUNNERS:
         raise ValueError(f"unknown runtime {spec.runtime!r} in the manifest; known: {', '.join(RUNNERS)}")
     path = Path(directory) / spec.file
     if not path.is_file():
         raise FileNotFoundError(f"{path}: the manifest names this file, but it is not in the bundle")
     try:
+        if threads is not None and spec.runtime == "onnxruntime":
+            return OnnxRuntimeRunner(path, spec, threads)
         return RUNNERS[spec.runtime](path, spec)
     except Exception as error:  # truncated, corrupted, or an operator the runtime lacks: each says it its own way
         first = (str(error).strip().splitlines() or [""])[0]

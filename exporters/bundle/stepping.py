@@ -174,7 +174,7 @@ class OrtSession:
         if self.decoder_only:
             self.length += 1
             feed["attention_mask"] = np.ascontiguousarray(self.mask[:, : self.length])
-        outputs = self.decode_session.run(self.decode_outputs, feed)
+        outputs = self.decode_session.run(None, feed)  # every output, in self.decode_outputs' order
         for name, index in self.carried:
             feed[name] = outputs[index]
         return outputs[self.logits_at]
