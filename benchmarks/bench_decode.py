@@ -36,8 +36,10 @@ threads). Artifacts are built once into
 token against eager by ``save()`` (their ``export.json`` ``generation.validation`` is copied into the results).
 The load average at the start and end is recorded: the ratios within one run are what count.
 
-    nice -n 5 python benchmarks/bench_decode.py --out benchmarks/results/decode.json
-    python benchmarks/bench_decode.py --model tiny --contexts 16 --out benchmarks/results/decode-tiny.json
+    nice -n 5 python benchmarks/bench_decode.py --profile --contexts 128 512 1024 --out benchmarks/results/decode.json
+    python benchmarks/bench_decode.py --model tiny --contexts 16 --new-tokens 96 --runtime eager
+        --runtime ours-onnx --runtime ours-onnx-1t --runtime hf-onnx --out benchmarks/results/decode-tiny.json
+        (one command line)
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ CACHE = ROOT / ".exportbot-cache"
 WORK = CACHE / "bench" / "decode"
 GENAI = "0.18.0"
 GENAI_DIR = CACHE / f"onnxruntime-genai-{GENAI}"
-NEW_TOKENS, REPEATS = 32, 3
+# --new-tokens reaches the children through the environment (they import this module afresh)
+NEW_TOKENS, REPEATS = int(os.environ.get("BENCH_DECODE_NEW_TOKENS", 32)), 3
 RUNTIMES = ["eager", "ours-onnx", "ours-onnx-1t", "ours-onnx-fused", "ours-onnx-fused-1t", "ours-pte", "genai",
             "genai-1t", "et-llm", "hf-onnx"]
 # Anchors: a configuration's rate is compared with the best of each anchor's variants in the same row.
@@ -138,7 +141,7 @@ ET_LLAMA_NAMES = {
     "model.layers.{}.input_layernorm.weight": "layers.{}.attention_norm.weight",
     "model.layers.{}.post_attention_layernorm.weight": "layers.{}.ffn_norm.weight",
 }
-ET_CONTEXT = 1024 + NEW_TOKENS + 32  # its cache (static: max_context_length) and longest prompt
+ET_CONTEXT = 1024 + 64  # its cache (static: max_context_length): the longest prompt and 32 new tokens, with room
 
 
 def build_et_llm(directory: Path, out: Path) -> None:
@@ -482,6 +485,8 @@ def main() -> None:
                         help="add a per-step ONNX Runtime profile (kernel time per operator) to our ONNX rows")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "decode.json")
     parser.add_argument("--markdown", type=Path, metavar="JSON", help="print the table of a results file and exit")
+    parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS,
+                        help="new tokens per row (more steps per timed run: the tiny model's steps take 50-90 us)")
     args = parser.parse_args()
     if args.markdown:
         print(markdown(json.loads(args.markdown.read_text())))
@@ -489,6 +494,7 @@ def main() -> None:
     import importlib.metadata
 
     runtimes = args.runtime or RUNTIMES
+    os.environ["BENCH_DECODE_NEW_TOKENS"] = str(args.new_tokens)
     if args.profile:
         os.environ["BENCH_DECODE_PROFILE"] = "1"  # read by the children
     results: dict[str, Any] = {
@@ -496,7 +502,7 @@ def main() -> None:
         "versions": {p: importlib.metadata.version(p) for p in ("torch", "transformers", "onnxruntime", "executorch")}
         | {"onnxruntime-genai": GENAI},
         "load_average_at_start": os.getloadavg(), "cpus": os.cpu_count(),
-        "settings": {"new_tokens": NEW_TOKENS, "repeats": REPEATS, "dtype": "float32", "greedy": True},
+        "settings": {"new_tokens": args.new_tokens, "repeats": REPEATS, "dtype": "float32", "greedy": True},
         "artifacts": {}, "rows": [],
     }
     built: dict[tuple[str, int], Any] = {}  # (runtime, batch) -> directory, or why it failed to build
