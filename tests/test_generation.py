@@ -127,6 +127,22 @@ def test_load_sets_onnxruntimes_threads_and_generates_the_same_tokens(llama_bund
     assert torch.equal(single.generate(**prompts, max_new_tokens=8).tokens, expected)
 
 
+def test_generate_threads_option_runs_one_thread_and_refuses_zero(llama_bundle):
+    from click.testing import CliRunner
+
+    from bot.cli.main import main
+
+    out, _, _ = llama_bundle
+    refused = CliRunner().invoke(main, ["generate", str(out), "--threads", "0"])
+    assert refused.exit_code == 2 and "--threads must be at least 1, got 0" in refused.output
+    run = CliRunner().invoke(main, ["generate", str(out), "--threads", "1", "--max-new-tokens", "4", "--no-compare",
+                                    "--json"])
+    assert run.exit_code == 0, run.output
+    result = json.loads(run.output[run.output.index("{"):])
+    ids = torch.tensor(result["tokens"])
+    assert ids.shape == (2, 4) and result["decode_tokens_per_second"] > 0
+
+
 def test_the_runtime_only_script_generates_eagers_tokens_from_the_manifest_alone(llama_bundle, tmp_path):
     """scripts/run_bundle_without_exportbot.py on a generation bundle: a greedy loop over onnxruntime alone,
     written from export.json, gives the tokens exporters.load(dir).generate gives on its prompt."""

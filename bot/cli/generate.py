@@ -107,11 +107,14 @@ def print_export(console: Console, model: str, target: str, backend: str, export
 @click.option("--compare/--no-compare", default=True, show_default=True,
               help="Also run eager generate() on the source model and compare token for token (greedy only; "
                    "skipped, with a note, when the bundle cannot rebuild it).")
+@click.option("--threads", type=int, default=None, metavar="N",
+              help="ONNX Runtime intra-op threads [default: its own, one per core]; on cores shared with other "
+                   "work, 1 decodes faster (docs/generation.md, \"Decode speed\").")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @report_errors
 def generate_command(directory: Path, prompts: tuple[str, ...], prompt_length: int, max_new_tokens: int,
                      batch_size: int, seed: int, do_sample: bool, temperature: float, top_k: int, stop_at_eos: bool,
-                     compare: bool, as_json: bool) -> None:
+                     compare: bool, threads: int | None, as_json: bool) -> None:
     """Generate from the generation bundle in DIRECTORY, every step in the bundle's runtime.
 
     Prompts are text (--prompt, with the checkpoint's tokenizer saved in the bundle) or random token ids
@@ -126,10 +129,13 @@ def generate_command(directory: Path, prompts: tuple[str, ...], prompt_length: i
       exportbot generate out/llama-gen --prompt-length 1 --batch-size 1
       exportbot generate out/ckpt-gen --prompt "the quick brown fox" --prompt "hello"
       exportbot generate out/llama-gen --sample --temperature 0.8 --top-k 20 --seed 3
+      exportbot generate out/llama-gen --max-new-tokens 256 --threads 1
     """
     if prompt_length < 1 or max_new_tokens < 1 or batch_size < 1:
         raise UsageProblem("--prompt-length, --max-new-tokens and --batch-size must be at least 1")
-    bundle = load_bundle(directory)
+    if threads is not None and threads < 1:
+        raise UsageProblem(f"--threads must be at least 1, got {threads}")
+    bundle = load_bundle(directory, threads)
     layout = bundle.metadata.generation
     if not layout:
         raise UsageProblem(f"{directory}: not a generation bundle (export it with --task text-generation)")
@@ -176,13 +182,13 @@ def generate_command(directory: Path, prompts: tuple[str, ...], prompt_length: i
         sys.exit(EXIT_FAILED)
 
 
-def load_bundle(directory: Path) -> Any:
-    """``exporters.load(directory)``, or one line (exit 2) saying why it is not a bundle that loads."""
+def load_bundle(directory: Path, threads: int | None = None) -> Any:
+    """``exporters.load(directory, threads)``, or one line (exit 2) saying why it is not a bundle that loads."""
     from exporters.bundle.format import BundleError
     from exporters.bundle.loading import load
 
     try:
-        return load(directory)
+        return load(directory, threads=threads)
     except (BundleError, FileNotFoundError) as error:
         raise UsageProblem(str(error)) from None
 
