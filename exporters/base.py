@@ -63,6 +63,8 @@ def config_as_dict(config: Any) -> dict[str, Any]:
     data = asdict(config)
     data["without"] = sorted(config.without)
     data["dynamic_shapes"] = None if config.dynamic_shapes is None else repr(config.dynamic_shapes)
+    if getattr(config, "quantize", None) is not None:  # a user's calibration batches are counted, not stored
+        data["quantize"] = config.quantize.as_dict()
     return data
 
 
@@ -176,6 +178,9 @@ class ExportResult:
     rtol: float = 1e-4
     make_second_inputs: Callable[[], dict[str, Any] | None] | None = field(default=None, repr=False)
     program: Any = field(default=None, repr=False)  # the torch.export program the artifact came from
+    # A quantized export (exporters.quantize.record.QuantizedExport): validation then compares the artifact with
+    # its PyTorch reference within one output step (fidelity) and with ``model``, the float model (quality).
+    quantization: Any = field(default=None, repr=False)
     validation: ValidationReport | None = None
     _second_inputs: dict[str, Any] | None = field(default=None, init=False, repr=False)
 
@@ -240,7 +245,14 @@ class ExportResult:
             dynamic=meta.dynamic, exportbot=exportbot_identity(), config=meta.config, versions=meta.versions,
             workarounds_fired=meta.workarounds_fired, workarounds_disabled=meta.workarounds_disabled,
             stage_seconds=meta.stage_seconds, notes=meta.notes, options=meta.options,
+            quantization=self._quantization_record(),
         )
+
+    def _quantization_record(self) -> dict[str, Any]:
+        """The manifest's ``quantization`` section ({} for a float export)."""
+        if self.quantization is None:
+            return {}
+        return self.quantization.as_dict(self.validation.max_abs_diff if self.validation is not None else None)
 
     def _write(self, directory: Path) -> Manifest:
         seconds = self.metadata.stage_seconds
@@ -267,7 +279,10 @@ class ExportResult:
         if self.second_inputs is not None:
             cases.append(("second shape", self.second_inputs))
         for label, inputs in cases:
-            report.shapes.append(_check_loaded(label, inputs, self.model, loaded, self.atol, self.rtol))
+            report.shapes.append(check_loaded_against(label, inputs, self.model, loaded, self.atol, self.rtol,
+                                                      self.quantization))
+        if self.quantization is not None:
+            report.quality = self.quantization.check_quality(lambda kwargs: loaded(**kwargs), cases, self.model)
         _add_stage(self.metadata.stage_seconds, "validation", time.perf_counter() - started)
         self.validation = report
         manifest = self.manifest()
@@ -276,10 +291,22 @@ class ExportResult:
         return report
 
 
+def check_loaded_against(label: str, inputs: dict[str, Any], model: torch.nn.Module, loaded: Any, atol: float,
+                         rtol: float, quantization: Any = None) -> ShapeCheck:
+    """``_check_loaded`` against ``model``, or for a quantized export against its PyTorch reference within one
+    step of each output (fidelity: exporters.quantize.fidelity)."""
+    if quantization is None:
+        return _check_loaded(label, inputs, model, loaded, atol, rtol)
+    return _check_loaded(label, inputs, quantization.reference, loaded, atol, rtol,
+                         tolerance=quantization.tolerance(atol, rtol))
+
+
 def _check_loaded(label: str, inputs: dict[str, Any], model: torch.nn.Module, loaded: Any, atol: float,
-                  rtol: float) -> ShapeCheck:
+                  rtol: float, tolerance: Any = None) -> ShapeCheck:
     """``check_shape`` on the loaded bundle, plus a check that it returns eager's structure (same output
-    class, same fields and cache layout), not just tensors in the same order."""
+    class, same fields and cache layout), not just tensors in the same order. With ``tolerance`` (a quantized
+    export's per-output one), eager is not run again in float64 on a mismatch: the miss is in quantization
+    steps, which float32 rounding does not explain."""
     returned: dict[str, Any] = {}
 
     def run_eager(kwargs: Mapping[str, Any]) -> Any:
@@ -299,7 +326,8 @@ def _check_loaded(label: str, inputs: dict[str, Any], model: torch.nn.Module, lo
         wider = copy.deepcopy(model).to(torch.float64)
         return wider(**pytree.tree_map_only(torch.Tensor, widen, copy.deepcopy(dict(kwargs))))
 
-    check = check_shape(label, inputs, run_eager, run_loaded, atol, rtol, run_reference)
+    check = check_shape(label, inputs, run_eager, run_loaded, atol, rtol,
+                        run_reference if tolerance is None else None, tolerance)
     if "loaded" in returned:
         difference = structure_difference(pytree.tree_structure(returned["eager"]),
                                           pytree.tree_structure(returned["loaded"]))

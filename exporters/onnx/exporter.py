@@ -11,6 +11,8 @@ workaround):
 4. ONNX translations — ``_ONNX_TRANSLATION_TABLE``: aten op → custom onnxscript function ``_aten_*``
    (``exporters/onnx/translations.py``).
 5. ONNX IR fixes — ``_IR_FIXES``: ``_fix_ir_*`` functions rewriting the finished model for ONNX Runtime.
+6. Quantization — ``OnnxConfig(quantize=QuantizeConfig("int8" | "int4"))``: ONNX Runtime's quantizers on the finished
+   model (``exporters/onnx/quantize.py``), validated against the same scales in PyTorch and against float eager.
 
 The onnxscript optimizer runs unless the model class is listed in ``ONNX_DISABLE_OPTIMIZE`` (the
 ledger) for the export's mode, or ``OnnxConfig(optimize=False)``.
@@ -29,7 +31,7 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
-from exporters.base import ExportResult, config_as_dict, start_export
+from exporters.base import ExportResult, StageClock, config_as_dict, start_export
 from exporters.bundle.format import RUNTIMES, ComponentSpec
 from exporters.bundle.signature import describe_component, user_input_placeholders
 from exporters.dynamo.exporter import DynamoConfig, DynamoExporter, describe_export, second_shape_inputs
@@ -37,6 +39,8 @@ from exporters.fx_rewrites import feed_contiguous, make_reshape_input_contiguous
 from exporters.masks import broadcast_expansion
 from exporters.onnx import folding, rewriter  # noqa: F401  (register the onnxscript optimizer patches)
 from exporters.onnx.translations import translation_table
+from exporters.quantize.record import QuantizedExport
+from exporters.quantize.schemes import QuantizeConfig
 from exporters.utils import (
     Workaround,
     announce_workaround,
@@ -74,6 +78,11 @@ class OnnxConfig:
     without: frozenset[str] = frozenset()
     atol: float = 1e-4
     rtol: float = 1e-3
+    quantize: QuantizeConfig | None = None  # stage 6; None: float
+
+    def __post_init__(self) -> None:
+        if self.quantize is not None:
+            self.quantize.check("onnx")
 
     def as_dict(self) -> dict[str, Any]:
         return config_as_dict(self)
@@ -123,21 +132,23 @@ class OnnxExporter:
         with clock("ir fixes"), tracking_hits(run.hits):
             name_graph(onnx_program.model, component, placeholders)
             apply_ir_fixes(onnx_program.model, self.config.without)
+        artifact, quantization = quantize(onnx_program.model, model, self.config.quantize, clock)
         metadata.workarounds_fired = dict(sorted(run.hits.counts.items()))
-        session = functools.cache(lambda: _session(onnx_program.model))  # only validation pays for it
+        session = functools.cache(lambda: _session(artifact))  # only validation pays for it
         run.finish()
         return ExportResult(
-            artifact=onnx_program.model,
+            artifact=artifact,
             metadata=metadata,
             model=model,
             inputs=inputs,
             run_artifact=lambda kw: _run(session(), kw),
-            save_artifact=lambda path: save_model(onnx_program.model, path),
+            save_artifact=lambda path: save_model(artifact, path),
             component=component,
             program=program,
             atol=self.config.atol,
             rtol=self.config.rtol,
             make_second_inputs=(lambda: second_shape_inputs(program, inputs)) if self.config.dynamic else None,
+            quantization=quantization,
         ).validated_if(validate)
 
 
@@ -492,3 +503,17 @@ def apply_ir_fixes(model: ir.Model, without: frozenset[str]) -> None:
         if any([fix(graph) for graph in graphs]):
             record_hit(fix.__name__)
 
+
+# ── Stage 6: Quantization ──
+# ``OnnxConfig(quantize=QuantizeConfig(scheme))``: ONNX Runtime's dynamic int8 or MatMulNBits int4 quantizer runs on
+# the finished model; the weights it quantized, dequantized from its output, make the PyTorch fidelity reference
+# (exporters/onnx/quantize.py), and the float model stays the quality reference.
+def quantize(model: ir.Model, float_model: torch.nn.Module, config: QuantizeConfig | None,
+             clock: StageClock) -> tuple[ir.Model, QuantizedExport | None]:
+    """The model to ship: ``model`` quantized with ``config``'s scheme, or ``model`` itself (float)."""
+    if config is None:
+        return model, None
+    from exporters.onnx.quantize import quantize_onnx
+
+    with clock("quantization"):
+        return quantize_onnx(model, float_model, config)

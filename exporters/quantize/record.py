@@ -1,0 +1,88 @@
+"""What one quantized export keeps: its reference for fidelity, what was quantized, and its two verdicts.
+
+A backend's quantization stage returns a ``QuantizedExport``; the ``ExportResult`` carries it, validation
+compares the written artifact with ``reference`` within ``tolerance`` (fidelity, exporters.quantize.fidelity)
+and with the float model (``check_quality``), and the manifest records ``as_dict()`` under ``quantization``
+(docs/export-format.md).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from exporters.quantize.fidelity import Tolerance, one_step_tolerance, output_step
+from exporters.quantize.quality import QualityReport, compare_output, judged, worse
+from exporters.quantize.schemes import QuantizeConfig
+from exporters.validation import named_tensors
+
+MASKS = ("attention_mask", "decoder_attention_mask")
+
+
+@dataclass
+class QuantizedExport:
+    """One export's quantization: how it was done, the PyTorch reference of it, and what validation found."""
+
+    config: QuantizeConfig
+    backend: str
+    reference: torch.nn.Module = field(repr=False)  # the same quantization, applied in PyTorch
+    method: str  # the quantizer and its settings, in words
+    quantized: list[str] = field(default_factory=list)  # the layers (modules, or ONNX nodes) quantized
+    per_channel: list[str] = field(default_factory=list)  # 8da4w layers whose width the group does not divide
+    kept_float: dict[str, str] = field(default_factory=dict)  # a layer left in float, and why
+    calibration_batches: int = 0
+    steps: dict[str, float] = field(default_factory=dict)  # output -> its largest 8-bit step seen (fidelity)
+    quality: QualityReport | None = None
+
+    def tolerance(self, atol: float, rtol: float) -> Tolerance:
+        """The fidelity tolerance: the backend's float one plus one step of each output (recording the steps)."""
+        one_step = one_step_tolerance(atol, rtol)
+
+        def tolerance(name: str, reference: torch.Tensor) -> tuple[float, float]:
+            self.steps[name] = max(self.steps.get(name, 0.0), output_step(reference))
+            return one_step(name, reference)
+
+        return tolerance
+
+    def check_quality(self, run_loaded: Callable[[Mapping[str, Any]], Any], cases: list[tuple[str, dict[str, Any]]],
+                      float_model: torch.nn.Module) -> QualityReport:
+        """The artifact (``run_loaded``) against ``float_model`` at every validated shape; the worst kept."""
+        report = QualityReport(self.config.thresholds(self.backend))
+        found: dict[str, Any] = {}
+        for _label, inputs in cases:
+            with torch.no_grad():
+                expected = named_tensors(float_model(**copy.deepcopy(dict(inputs))))
+                actual = named_tensors(run_loaded(inputs))
+            mask = next((inputs[name] for name in MASKS if isinstance(inputs.get(name), torch.Tensor)), None)
+            names = judged([name for name, tensor in expected if tensor.is_floating_point()])
+            for (name, tensor), (_, quantized) in zip(expected, actual):
+                if name in names:
+                    quality = compare_output(name, tensor, quantized, mask, report.thresholds)
+                    found[name] = worse(found[name], quality) if name in found else quality
+        report.outputs = list(found.values())
+        self.quality = report
+        return report
+
+    def fidelity(self, max_abs_diff: Mapping[str, float]) -> dict[str, dict[str, float]]:
+        """Per output: the largest difference from the reference, its 8-bit step, and their ratio (in steps)."""
+        return {name: {"max_abs_diff": diff, "step": self.steps[name],
+                       "steps": diff / self.steps[name] if self.steps[name] else 0.0}
+                for name, diff in max_abs_diff.items() if name in self.steps}
+
+    def as_dict(self, max_abs_diff: Mapping[str, float] | None = None) -> dict[str, Any]:
+        """The manifest's ``quantization`` section (docs/export-format.md)."""
+        return {
+            "scheme": self.config.scheme,
+            "config": self.config.as_dict(),
+            "method": self.method,
+            "quantized": len(self.quantized),
+            "per_channel_fallback": self.per_channel,
+            "kept_float": self.kept_float,
+            "calibration_batches": self.calibration_batches,
+            "fidelity": self.fidelity(max_abs_diff or {}),
+            "quality": None if self.quality is None else self.quality.worst() | {"summary": self.quality.summary()},
+        }

@@ -1,0 +1,236 @@
+"""Quantized exports: the schemes, fidelity against the same quantization in PyTorch, quality against float.
+
+Every export here is validated from the files written to disk, loaded back in a fresh runtime object (ONNX
+Runtime, the ExecuTorch runtime), as ``ExportResult.save`` always does.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from exporters.quantize import QuantizeConfig, QuantizeError
+from exporters.quantize.fidelity import output_step
+from exporters.quantize.quality import INCONCLUSIVE, MISMATCH, PASS, compare_output, compare_tokens
+
+THRESHOLDS = {"min_cosine": 0.98, "min_top1": 0.9, "min_equal_tokens": 4}
+
+
+# ── Schemes ──
+@pytest.mark.parametrize(("backend", "scheme"), [("executorch", "int4"), ("onnx", "8da4w"), ("dynamo", "int8")])
+def test_a_scheme_the_backend_has_not_is_refused_naming_the_ones_it_has(backend, scheme):
+    with pytest.raises(QuantizeError, match=f"no such scheme for --backend {backend}"):
+        QuantizeConfig(scheme).check(backend)
+
+
+def test_group_sizes_the_kernels_do_not_take_and_loose_thresholds_are_refused():
+    with pytest.raises(QuantizeError, match="--group-size"):
+        QuantizeConfig("8da4w", group_size=48).check("executorch")
+    with pytest.raises(QuantizeError, match="--min-cosine"):
+        QuantizeConfig("8da4w", min_cosine=1.5).check("executorch")
+
+
+def test_thresholds_are_the_schemes_unless_the_user_gives_one():
+    assert QuantizeConfig("int4").thresholds("onnx") == {"min_cosine": 0.98, "min_top1": 0.9, "min_equal_tokens": 4}
+    assert QuantizeConfig("int4", min_top1=0.99).thresholds("onnx")["min_top1"] == 0.99
+
+
+# ── Fidelity tolerance ──
+def test_one_output_step_is_the_range_over_255():
+    assert output_step(torch.tensor([-1.0, 0.5, 1.55])) == pytest.approx(2.55 / 255)
+    assert output_step(torch.tensor([float("-inf"), 0.0, 2.55])) == pytest.approx(0.01)
+    assert output_step(torch.tensor([3, 4])) == 0.0  # integers: no grid
+
+
+# ── Quality: what can and cannot be told ──
+def _logits(sharpness: float, rows: int = 12, vocab: int = 50, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(1, rows, vocab, generator=generator) * sharpness
+
+
+def test_near_uniform_logits_are_inconclusive_even_when_every_number_is_poor():
+    flat = _logits(0.01)
+    noisy = flat + _logits(0.05, seed=1)
+    quality = compare_output("logits", flat, noisy, None, THRESHOLDS)
+    assert quality.status == INCONCLUSIVE, quality.detail
+    assert quality.top1_agreement < 0.5 and "predicts nothing" in quality.detail
+
+
+def test_confident_logits_that_quantization_reordered_are_below_threshold():
+    sharp = _logits(8.0)
+    reordered = sharp.roll(1, dims=-1)  # every arg-max moved: a broken quantization
+    quality = compare_output("logits", sharp, reordered, None, THRESHOLDS)
+    assert quality.status == MISMATCH
+    assert quality.top1_agreement < 0.2 and "< 90%" in quality.detail
+
+
+def test_confident_logits_close_to_float_pass():
+    sharp = _logits(8.0)
+    quality = compare_output("logits", sharp, sharp + 0.01 * _logits(1.0, seed=2), None, THRESHOLDS)
+    assert quality.status == PASS and quality.top1_agreement == 1.0 and quality.cosine > 0.999
+
+
+def test_cosine_says_nothing_when_float_rows_are_already_that_alike():
+    shared = torch.randn(64)
+    hidden = shared + 0.01 * torch.randn(1, 6, 64)  # every position the same direction
+    constant = shared.expand(1, 6, 64)  # a model that lost every input-dependent signal
+    quality = compare_output("last_hidden_state", hidden, constant, None, THRESHOLDS)
+    assert quality.status == INCONCLUSIVE and "already cosine" in quality.detail
+
+
+def test_padded_positions_are_left_out():
+    sharp = _logits(8.0, rows=4)
+    garbage_in_padding = sharp.clone()
+    garbage_in_padding[0, :2] = garbage_in_padding[0, :2].roll(3, dims=-1)
+    mask = torch.tensor([[0, 0, 1, 1]])
+    assert compare_output("logits", sharp, garbage_in_padding, mask, THRESHOLDS).top1_agreement == 1.0
+    assert compare_output("logits", sharp, garbage_in_padding, None, THRESHOLDS).top1_agreement == 0.5
+
+
+def test_tokens_name_the_first_divergence_and_a_repeated_float_path_is_inconclusive():
+    float_tokens = torch.tensor([[5, 6, 7, 8, 9, 10], [1, 2, 3, 4, 5, 6]])
+    quantized = float_tokens.clone()
+    quantized[1, 3:] = 0
+    verdict = compare_tokens(float_tokens, quantized, min_equal=4, degenerate=False)
+    assert (verdict.status, verdict.equal_steps, verdict.first_divergence) == (MISMATCH, 3, {"step": 3, "row": 1})
+    assert compare_tokens(float_tokens, quantized, min_equal=3, degenerate=False).status == PASS
+    assert compare_tokens(float_tokens, quantized, min_equal=3, degenerate=True).status == INCONCLUSIVE
+
+
+# ── The ONNX reference: ONNX Runtime's own operator semantics ──
+def test_dynamic_quantize_linear_is_onnx_runtimes():
+    import onnx
+    import onnxruntime as ort
+
+    from exporters.onnx.quantize import dynamic_quantize_linear
+
+    node = onnx.helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zero_point"])
+    graph = onnx.helper.make_graph(
+        [node], "q", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [None, None])],
+        [onnx.helper.make_tensor_value_info(name, kind, shape) for name, kind, shape in
+         (("y", onnx.TensorProto.UINT8, [None, None]), ("scale", onnx.TensorProto.FLOAT, []),
+          ("zero_point", onnx.TensorProto.UINT8, []))])
+    session = ort.InferenceSession(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 20)])
+                                   .SerializeToString(), providers=["CPUExecutionProvider"])
+    for seed in range(5):
+        x = torch.randn(7, 33, generator=torch.Generator().manual_seed(seed)) * (seed + 1) + seed - 2
+        y, scale, zero_point = session.run(None, {"x": x.numpy()})
+        onnx_runtime = (y.astype(np.float32) - zero_point.astype(np.float32)) * scale
+        assert np.array_equal(dynamic_quantize_linear(x).numpy(), onnx_runtime)
+
+
+# ── Exports, validated from the written files ──
+def _export(backend: str, name: str, config: QuantizeConfig, dynamic: bool = False, **settings):
+    from exporters.tiny import build_tiny
+
+    tiny = build_tiny(name)
+    if backend == "onnx":
+        from exporters.onnx.exporter import OnnxConfig, OnnxExporter
+
+        exporter = OnnxExporter(OnnxConfig(dynamic=dynamic, quantize=config, **settings))
+    else:
+        from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
+
+        exporter = ExecutorchExporter(ExecutorchConfig(dynamic=dynamic, quantize=config, **settings))
+    return exporter.export(tiny.model, tiny.inputs)
+
+
+def _saved(result, directory):
+    result.save(directory)
+    return json.loads((directory / "export.json").read_text())
+
+
+@pytest.mark.parametrize(("scheme", "operator"), [("int8", "MatMulInteger"), ("int4", "MatMulNBits")])
+def test_onnx_schemes_ship_quantized_graphs_that_match_the_same_scales_in_pytorch(tmp_path, scheme, operator):
+    import onnx
+
+    import exporters
+
+    result = _export("onnx", "LlamaForCausalLM", QuantizeConfig(scheme), dynamic=True)
+    manifest = _saved(result, tmp_path / "bundle")
+    graph = onnx.load(str(tmp_path / "bundle" / "model.onnx")).graph
+    assert sum(node.op_type == operator for node in graph.node) == manifest["quantization"]["quantized"] == 15
+    assert not [n for n in graph.node if n.op_type == "MatMul" and n.input[1] in {i.name for i in graph.initializer}]
+    record = manifest["quantization"]
+    assert record["scheme"] == scheme and record["config"]["block_size"] == 32 and record["kept_float"] == {}
+    fidelity = record["fidelity"]["logits"]
+    assert fidelity["steps"] < 0.01, fidelity  # the same scales: float rounding apart, far inside one step
+    shapes = manifest["components"]["model"]["validation"]["shapes"]
+    assert [s["label"] for s in shapes] == ["sample shape", "second shape"]
+    assert all(o["atol"] > 1e-4 for s in shapes for o in s["outputs"])  # one output step on top of float's
+    quality = manifest["components"]["model"]["validation"]["quality"]
+    assert quality["status"] == "inconclusive"  # a tiny random Llama predicts nothing
+    loaded = exporters.load(tmp_path / "bundle")  # a fresh process's view: the manifest and the file
+    assert loaded.metadata.quantization["scheme"] == scheme
+
+
+def test_a_reference_that_is_not_the_shipped_quantization_fails_fidelity(monkeypatch):
+    """Fidelity can fail: the int4 reference unpacked with the nibbles swapped is not what ONNX Runtime runs."""
+    from exporters.onnx import quantize as onnx_quantize
+    from exporters.validation import ValidationError
+
+    unpack = onnx_quantize._unpack_nbits
+
+    def swapped_nibbles(packed, scales, attributes):
+        return unpack(((packed.to(torch.int16) & 0x0F) << 4 | (packed.to(torch.int16) >> 4)).to(torch.uint8),
+                      scales, attributes)
+
+    monkeypatch.setattr(onnx_quantize, "_unpack_nbits", swapped_nibbles)
+    result = _export("onnx", "LlamaForCausalLM", QuantizeConfig("int4"))
+    with pytest.raises(ValidationError, match="mismatch"):
+        result.validate()
+    worst = max(o.max_abs_diff / (o.atol - result.atol) for s in result.validation.shapes for o in s.outputs)
+    assert worst > 2, worst  # many steps off, not a rounding boundary
+
+
+def test_quality_below_a_threshold_the_user_tightened_fails_the_export(tmp_path):
+    from exporters.validation import ValidationError
+
+    result = _export("onnx", "BertModel", QuantizeConfig("int4", min_cosine=0.99999))
+    with pytest.raises(ValidationError, match="quality: last_hidden_state: cosine"):
+        result.save(tmp_path / "bundle")
+    assert not (tmp_path / "bundle").exists()
+    assert result.validation.quality.status == MISMATCH
+    assert all(s.status == PASS for s in result.validation.shapes)  # fidelity itself passed
+
+
+def test_executorch_8da4w_matches_torchao_only_with_its_scales_in_bf16(tmp_path):
+    """Without the bf16-scale workaround the .pte runs other weights than the eager quantized model."""
+    from exporters.validation import ValidationError
+
+    fixed = _export("executorch", "LlamaForCausalLM", QuantizeConfig("8da4w"))
+    manifest = _saved(fixed, tmp_path / "bundle")
+    assert fixed.metadata.workarounds_fired["_patch_group_scales_as_xnnpack_stores_them"] == 15
+    assert manifest["quantization"]["fidelity"]["logits"]["steps"] < 0.01
+    assert manifest["quantization"]["per_channel_fallback"] == []
+    unfixed = _export("executorch", "LlamaForCausalLM", QuantizeConfig("8da4w"),
+                      without=frozenset({"_patch_group_scales_as_xnnpack_stores_them"}))
+    with pytest.raises(ValidationError, match="logits: mismatch"):
+        unfixed.validate()
+    steps = unfixed.validation.shapes[0].outputs[0].max_abs_diff / output_step(unfixed.quantization.reference(
+        **unfixed.inputs).logits)
+    assert steps > 1, steps
+
+
+def test_executorch_8da4w_falls_back_to_per_channel_where_the_group_does_not_divide(tmp_path):
+    result = _export("executorch", "LlamaForCausalLM", QuantizeConfig("8da4w", group_size=256))
+    manifest = _saved(result, tmp_path / "bundle")
+    assert len(manifest["quantization"]["per_channel_fallback"]) == manifest["quantization"]["quantized"] == 15
+    assert manifest["validation"]["status"] == "pass"
+
+
+def test_executorch_int8_calibrates_xnnpacks_quantizer_and_matches_the_converted_program(tmp_path):
+    """PT2E static int8: the .pte against PyTorch running the converted program's quantize/dequantize ops.
+    Without the scalar-dtype workaround XNNPACK's quantizer makes Llama's integer mask arithmetic float."""
+    fixed = _export("executorch", "LlamaForCausalLM", QuantizeConfig("int8", calibration=2))
+    manifest = _saved(fixed, tmp_path / "bundle")
+    assert fixed.metadata.workarounds_fired["_patch_scalar_constants_keep_their_dtype"] >= 1
+    record = manifest["quantization"]
+    assert record["calibration_batches"] == 3 and record["quantized"] == 15  # the sample + 2 random batches
+    assert record["fidelity"]["logits"]["steps"] < 0.01
+    with pytest.raises(IndexError, match="tensors used as indices must be long"):
+        _export("executorch", "LlamaForCausalLM", QuantizeConfig("int8", calibration=0),
+                without=frozenset({"_patch_scalar_constants_keep_their_dtype"}))
