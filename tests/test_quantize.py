@@ -34,7 +34,7 @@ def test_group_sizes_the_kernels_do_not_take_and_loose_thresholds_are_refused():
 
 
 def test_thresholds_are_the_schemes_unless_the_user_gives_one():
-    assert QuantizeConfig("int4").thresholds("onnx") == {"min_cosine": 0.98, "min_top1": 0.9, "min_equal_tokens": 4}
+    assert QuantizeConfig("int4").thresholds("onnx") == {"min_cosine": 0.98, "min_top1": 0.85, "min_equal_tokens": 4}
     assert QuantizeConfig("int4", min_top1=0.99).thresholds("onnx")["min_top1"] == 0.99
 
 
@@ -234,3 +234,37 @@ def test_executorch_int8_calibrates_xnnpacks_quantizer_and_matches_the_converted
     with pytest.raises(IndexError, match="tensors used as indices must be long"):
         _export("executorch", "LlamaForCausalLM", QuantizeConfig("int8", calibration=0),
                 without=frozenset({"_patch_scalar_constants_keep_their_dtype"}))
+
+
+# ── Quality on a model with structure ──
+def _checkpoint_export(checkpoint, config: QuantizeConfig):
+    from exporters.export_options import ExportOptions, build_model
+    from exporters.onnx.exporter import OnnxConfig, OnnxExporter
+
+    built = build_model(str(checkpoint), ExportOptions(), 0, torch.float32)
+    return OnnxExporter(OnnxConfig(dynamic=True, quantize=config)).export(built.model, built.inputs)
+
+
+def test_the_trained_llama_predicts_where_a_random_one_does_not(trained_llama):
+    from exporters.export_options import ExportOptions, build_model
+    from exporters.quantize.quality import predicts_nothing, rows_of
+    from exporters.tiny import build_tiny
+
+    trained = build_model(str(trained_llama), ExportOptions(), 0, torch.float32)
+    random = build_tiny("LlamaForCausalLM")
+    with torch.no_grad():
+        assert predicts_nothing(rows_of(trained.model(**trained.inputs).logits, trained.inputs["attention_mask"])) == ""
+        assert "near-uniform" in predicts_nothing(rows_of(random.model(**random.inputs).logits, None))
+
+
+def test_quality_on_the_trained_llama_is_conclusive_both_ways(tmp_path, trained_llama):
+    passing = _checkpoint_export(trained_llama, QuantizeConfig("int4"))
+    manifest = _saved(passing, tmp_path / "bundle")
+    quality = manifest["components"]["model"]["validation"]["quality"]
+    logits = quality["outputs"][0]
+    assert quality["status"] == "pass" and logits["name"] == "logits", quality
+    assert logits["positions"] >= 100 and 0.85 <= logits["top1_agreement"] < 1.0 and logits["cosine"] >= 0.98
+    assert manifest["quantization"]["quality"]["top1_agreement"] == logits["top1_agreement"]
+    strict = _checkpoint_export(trained_llama, QuantizeConfig("int4", min_top1=0.999))
+    report = strict.validate(raise_on_failure=False)
+    assert report.status == MISMATCH and "top-1 agreement" in report.problems()[0]

@@ -42,7 +42,7 @@ UNIFORM_ENTROPY = 0.9  # mean next-token entropy, as a fraction of log(vocab), f
 
 @dataclass
 class OutputQuality:
-    """One output of the quantized artifact against float eager, at one or more shapes (the worst kept)."""
+    """One output of the quantized artifact against float eager, over the positions of every batch compared."""
 
     name: str
     status: str
@@ -207,16 +207,6 @@ def compare_output(name: str, float_output: torch.Tensor, quantized: torch.Tenso
     outcomes = [passed for passed, _ in verdicts if passed is not None]
     quality.status = MISMATCH if False in outcomes else PASS if outcomes else INCONCLUSIVE
     return quality
-
-
-def worse(first: OutputQuality, second: OutputQuality) -> OutputQuality:
-    """The worse of one output's quality at two shapes: a mismatch over a pass over inconclusive, then the lower
-    cosine; the largest difference of both is kept."""
-    rank = {MISMATCH: 0, PASS: 1, INCONCLUSIVE: 2}
-    chosen = min((first, second), key=lambda q: (rank[q.status], q.cosine if q.cosine is not None else 2.0))
-    diffs = [q.max_abs_diff for q in (first, second) if q.max_abs_diff is not None]
-    chosen.max_abs_diff = max(diffs) if diffs else None
-    return chosen
 
 
 def compare_tokens(float_tokens: torch.Tensor, quantized_tokens: torch.Tensor, min_equal: int,

@@ -40,19 +40,19 @@ class Scheme:
 SCHEMES: dict[tuple[str, str], Scheme] = {
     ("executorch", "8da4w"): Scheme(
         "8da4w", "executorch", "int4, symmetric, one bf16 scale per group of --group-size input channels",
-        "int8, asymmetric, per token, quantized at run time", 0.98, 0.90, 4),
+        "int8, asymmetric, per token, quantized at run time", 0.98, 0.85, 4),
     ("executorch", "8da8w"): Scheme(
         "8da8w", "executorch", "int8, symmetric, one scale per output channel",
-        "int8, asymmetric, per token, quantized at run time", 0.995, 0.97, 8),
+        "int8, asymmetric, per token, quantized at run time", 0.995, 0.90, 8),
     ("executorch", "int8"): Scheme(
         "int8", "executorch", "int8, symmetric, one scale per output channel (PT2E, XNNPACK's quantizer)",
-        "int8, per tensor, scales calibrated ahead of time", 0.98, 0.90, 4, static=True),
+        "int8, per tensor, scales calibrated ahead of time", 0.98, 0.85, 4, static=True),
     ("onnx", "int8"): Scheme(
         "int8", "onnx", "int8, symmetric, one scale per tensor (ONNX Runtime quantize_dynamic)",
-        "uint8, asymmetric, per tensor, quantized at run time (DynamicQuantizeLinear)", 0.98, 0.90, 4),
+        "uint8, asymmetric, per tensor, quantized at run time (DynamicQuantizeLinear)", 0.995, 0.90, 8),
     ("onnx", "int4"): Scheme(
         "int4", "onnx", "int4, symmetric, one scale per --block-size input channels (MatMulNBits)",
-        "float", 0.98, 0.90, 4),
+        "float", 0.98, 0.85, 4),
 }
 
 # The group and block sizes XNNPACK's and ONNX Runtime's kernels take.
