@@ -245,10 +245,10 @@ class ExportResult:
             dynamic=meta.dynamic, exportbot=exportbot_identity(), config=meta.config, versions=meta.versions,
             workarounds_fired=meta.workarounds_fired, workarounds_disabled=meta.workarounds_disabled,
             stage_seconds=meta.stage_seconds, notes=meta.notes, options=meta.options,
-            quantization=self._quantization_record(),
+            quantization=self.quantization_record(),
         )
 
-    def _quantization_record(self) -> dict[str, Any]:
+    def quantization_record(self) -> dict[str, Any]:
         """The manifest's ``quantization`` section ({} for a float export)."""
         if self.quantization is None:
             return {}
@@ -274,15 +274,10 @@ class ExportResult:
         written = self._write(directory)
         started = time.perf_counter()
         loaded = load(directory)
-        report = ValidationReport(self.atol, self.rtol)
         cases = [("sample shape", self.inputs)]
         if self.second_inputs is not None:
             cases.append(("second shape", self.second_inputs))
-        for label, inputs in cases:
-            report.shapes.append(check_loaded_against(label, inputs, self.model, loaded, self.atol, self.rtol,
-                                                      self.quantization))
-        if self.quantization is not None:
-            report.quality = self.quantization.check_quality(lambda kwargs: loaded(**kwargs), cases, self.model)
+        report = validate_loaded(cases, self.model, loaded, self.atol, self.rtol, self.quantization)
         _add_stage(self.metadata.stage_seconds, "validation", time.perf_counter() - started)
         self.validation = report
         manifest = self.manifest()
@@ -291,14 +286,22 @@ class ExportResult:
         return report
 
 
-def check_loaded_against(label: str, inputs: dict[str, Any], model: torch.nn.Module, loaded: Any, atol: float,
-                         rtol: float, quantization: Any = None) -> ShapeCheck:
-    """``_check_loaded`` against ``model``, or for a quantized export against its PyTorch reference within one
-    step of each output (fidelity: exporters.quantize.fidelity)."""
-    if quantization is None:
-        return _check_loaded(label, inputs, model, loaded, atol, rtol)
-    return _check_loaded(label, inputs, quantization.reference, loaded, atol, rtol,
-                         tolerance=quantization.tolerance(atol, rtol))
+def validate_loaded(cases: list[tuple[str, dict[str, Any]]], model: torch.nn.Module, loaded: Any, atol: float,
+                    rtol: float, quantization: Any = None, quality_gates: bool = True) -> ValidationReport:
+    """The loaded artifact against ``model`` at each ``(label, inputs)`` case. A quantized export
+    (exporters.quantize.record.QuantizedExport) is compared with its PyTorch reference within one step of each
+    output (fidelity), then with ``model``, the float model (quality, ``report.quality``; recorded without
+    failing the export when not ``quality_gates``: a generation bundle's component)."""
+    report = ValidationReport(atol, rtol)
+    for label, inputs in cases:
+        if quantization is None:
+            report.shapes.append(_check_loaded(label, inputs, model, loaded, atol, rtol))
+        else:
+            report.shapes.append(_check_loaded(label, inputs, quantization.reference, loaded, atol, rtol,
+                                               tolerance=quantization.tolerance(atol, rtol)))
+    if quantization is not None:
+        report.quality = quantization.check_quality(lambda kwargs: loaded(**kwargs), cases, model, quality_gates)
+    return report
 
 
 def _check_loaded(label: str, inputs: dict[str, Any], model: torch.nn.Module, loaded: Any, atol: float,

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from exporters.quantize.schemes import QuantizeConfig, QuantizeError
 from exporters.tiny import BATCH, SEQUENCE
 
 # Task → the transformers auto classes that pick its head, tried in order.
@@ -118,6 +119,7 @@ class ExportOptions:
     rtol: float | None = None
     dynamic_dims: tuple[DynamicDim, ...] = ()
     pretrained: bool = False
+    quantize: QuantizeConfig | None = None  # docs/quantization.md
 
     # ── Checks, before any work ──
     def check(self, backend: str, dynamic: bool, et_backend: str = "xnnpack") -> None:
@@ -159,11 +161,26 @@ class ExportOptions:
                 f"--max-sequence {max_sequence} is below the sample --sequence-length {self.sequence_length}")
         if self.max_sequence is not None and backend == "executorch" and self.max_sequence < 2:
             raise OptionError("--max-sequence must be at least 2 for ExecuTorch")
+        self.check_quantize(backend, et_backend)
         for dim in self.dynamic_dims:
             if backend == "executorch" and dim.max is None:
                 raise OptionError(f"--dynamic-dim {dim}: ExecuTorch needs an upper bound, e.g. {dim.name}:{dim.axis}:1:64")
             if dim.axis < 0:
                 raise OptionError(f"--dynamic-dim {dim}: AXIS must be 0 or more")
+
+    def check_quantize(self, backend: str, et_backend: str) -> None:
+        """``--quantize``: a scheme of this backend, on XNNPACK for ExecuTorch, in float32 (the schemes quantize
+        from float32 weights; float16 models are not quantized here)."""
+        if self.quantize is None:
+            return
+        try:
+            self.quantize.check(backend)
+        except QuantizeError as error:
+            raise OptionError(str(error)) from None
+        if backend == "executorch" and et_backend != "xnnpack":
+            raise OptionError(f"--quantize {self.quantize.scheme} lowers to XNNPACK; --et-backend is {et_backend}")
+        if self.dtype not in (None, "float32"):
+            raise OptionError(f"--quantize {self.quantize.scheme} quantizes a float32 model; --dtype is {self.dtype}")
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> None:
         """``--dynamic-dim`` names and axes against the sample inputs (known once the model is built)."""
@@ -196,6 +213,8 @@ class ExportOptions:
             settings["rtol"] = self.rtol
         if self.opset is not None:
             settings["opset_version"] = self.opset
+        if self.quantize is not None:
+            settings["quantize"] = self.quantize
         if backend == "executorch":
             for name in ("max_batch", "max_sequence"):
                 if getattr(self, name) is not None:
@@ -270,6 +289,7 @@ class ExportOptions:
         """What the export was made with, resolved (the task and dtype actually used, the tolerances applied)."""
         data = dataclasses.asdict(self)
         data["dynamic_dims"] = [str(d) for d in self.dynamic_dims]
+        data["quantize"] = None if self.quantize is None else self.quantize.as_dict()
         data["task"] = self.task or task_of(class_name)
         data["dtype"] = self.resolved_dtype(backend, et_backend)
         data["model_class"] = class_name

@@ -29,7 +29,7 @@ LAYERS = {
     "exporters.onnx": {"exporters.bundle", "exporters.generation", "exporters.dynamo", "exporters.quantize"},
     "exporters.executorch": {"exporters.bundle", "exporters.generation", "exporters.dynamo", "exporters.quantize"},
     "exporters.tiny": {"exporters.generation"},
-    "exporters.ledger": {"exporters.tiny"},
+    "exporters.ledger": {"exporters.tiny", "exporters.quantize"},
 }
 # The packages that export or run a model; none of them may depend on the model factory.
 EXPORTER_PACKAGES = ("exporters.dynamo", "exporters.onnx", "exporters.executorch", "exporters.bundle",

@@ -14,7 +14,14 @@ import torch
 
 from exporters.quantize import QuantizeConfig, QuantizeError
 from exporters.quantize.fidelity import output_step
-from exporters.quantize.quality import INCONCLUSIVE, MISMATCH, PASS, compare_output, compare_tokens
+from exporters.quantize.quality import (
+    INCONCLUSIVE,
+    MISMATCH,
+    PASS,
+    compare_output,
+    compare_tokens,
+    token_meaning,
+)
 
 THRESHOLDS = {"min_cosine": 0.98, "min_top1": 0.9, "min_equal_tokens": 4}
 
@@ -94,10 +101,14 @@ def test_tokens_name_the_first_divergence_and_a_repeated_float_path_is_inconclus
     float_tokens = torch.tensor([[5, 6, 7, 8, 9, 10], [1, 2, 3, 4, 5, 6]])
     quantized = float_tokens.clone()
     quantized[1, 3:] = 0
-    verdict = compare_tokens(float_tokens, quantized, min_equal=4, degenerate=False)
+    verdict = compare_tokens(float_tokens, quantized, min_equal=4)
     assert (verdict.status, verdict.equal_steps, verdict.first_divergence) == (MISMATCH, 3, {"step": 3, "row": 1})
-    assert compare_tokens(float_tokens, quantized, min_equal=3, degenerate=False).status == PASS
-    assert compare_tokens(float_tokens, quantized, min_equal=3, degenerate=True).status == INCONCLUSIVE
+    assert compare_tokens(float_tokens, quantized, min_equal=3).status == PASS
+    repeated = token_meaning(float_tokens, [_logits(8.0)[0]], repeats_one_token=True)
+    uniform = token_meaning(float_tokens, [_logits(0.01)[0]], repeats_one_token=False)
+    assert token_meaning(float_tokens, [_logits(8.0)[0]], repeats_one_token=False) == ""
+    for reason in (repeated, uniform):
+        assert compare_tokens(float_tokens, quantized, min_equal=4, says_nothing=reason).status == INCONCLUSIVE
 
 
 # ── The ONNX reference: ONNX Runtime's own operator semantics ──
@@ -268,3 +279,123 @@ def test_quality_on_the_trained_llama_is_conclusive_both_ways(tmp_path, trained_
     strict = _checkpoint_export(trained_llama, QuantizeConfig("int4", min_top1=0.999))
     report = strict.validate(raise_on_failure=False)
     assert report.status == MISMATCH and "top-1 agreement" in report.problems()[0]
+
+
+# ── The command line ──
+def _cli(*args: str):
+    from click.testing import CliRunner
+
+    from bot.cli.main import main
+
+    return CliRunner().invoke(main, list(args), terminal_width=80)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--backend", "onnx", "--quantize", "8da4w"], "--quantize 8da4w: no such scheme for --backend onnx; choose from int8, int4"),
+    (["--backend", "dynamo", "--quantize", "int8"], "quantized exports need --backend executorch or onnx"),
+    (["--backend", "onnx", "--group-size", "64"], "--group-size is a quantization setting: add --quantize SCHEME"),
+    (["--backend", "onnx", "--quantize", "int4", "--dtype", "float16"], "quantizes a float32 model; --dtype is float16"),
+    (["--backend", "executorch", "--quantize", "int8", "--task", "text-generation"],
+     "generation bundles take a dynamic scheme"),
+    (["--backend", "executorch", "--quantize", "8da4w", "--quantize-embeddings"], "only the ONNX schemes quantize"),
+])
+def test_quantize_options_that_cannot_work_exit_2_in_one_line_before_any_work(tmp_path, args, message):
+    result = _cli("export", "LlamaForCausalLM", *args, "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and "Traceback" not in result.output
+    assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1, result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_quantize_records_and_shows_both_verdicts(tmp_path):
+    result = _cli("export", "BertModel", "--backend", "onnx", "--quantize", "int8", "--out", str(tmp_path / "bert"))
+    assert result.exit_code == 0, result.output
+    assert "fidelity: against the same quantization in PyTorch" in result.stdout
+    assert "quality pass: last_hidden_state: cosine" in result.stdout
+    manifest = json.loads((tmp_path / "bert" / "export.json").read_text())
+    assert manifest["options"]["quantize"]["scheme"] == "int8" and manifest["config"]["quantize"]["scheme"] == "int8"
+    assert manifest["quantization"]["quality"]["status"] == "pass"
+
+
+# ── Generation bundles ──
+def _generation(model, backend: str, config: QuantizeConfig, inputs):
+    from bot.run.generation import make_generation_exporter
+    from exporters.generation.components import GenerationExportConfig
+    from exporters.generation.export import export_for_generation
+
+    return export_for_generation(make_generation_exporter(backend, quantize=config), model, inputs,
+                                 GenerationExportConfig(max_cache_len=64))
+
+
+def test_a_quantized_generation_bundle_generates_float_greedy_tokens_in_a_fresh_process(tmp_path, trained_llama):
+    """Both components quantized alike; generate() token for token against the components' PyTorch references,
+    greedy tokens against float on prompts from the training corpus; then loaded and run in another process."""
+    import subprocess
+    import sys
+
+    from bot.run.generation import build_generation_model
+    from exporters.tiny.trained import TrainingRecipe, corpus_prompts
+
+    model, _ = build_generation_model(str(trained_llama), 0)
+    prompts = corpus_prompts(2, 8, TrainingRecipe().vocab, seed=3)
+    export = _generation(model, "onnx", QuantizeConfig("int4"), prompts)
+    export.save(tmp_path / "bundle")
+    assert export.status == PASS and export.check.status == PASS
+    assert (export.tokens.status, export.tokens.equal_steps) == (PASS, 16), export.tokens.detail
+    record = json.loads((tmp_path / "bundle" / "export.json").read_text())["quantization"]
+    assert set(record["components"]) == {"prefill", "decode"} and record["tokens"]["equal_steps"] == 16
+    script = ("import json, sys, torch, exporters; bundle = exporters.load(sys.argv[1]); "
+              "prompts = {k: torch.tensor(v) for k, v in json.loads(sys.argv[2]).items()}; "
+              "print(json.dumps(bundle.generate(**prompts, max_new_tokens=16, min_new_tokens=16).tokens.tolist()))")
+    completed = subprocess.run([sys.executable, "-c", script, str(tmp_path / "bundle"),
+                                json.dumps({k: v.tolist() for k, v in prompts.items()})],
+                               capture_output=True, text=True, timeout=300, check=True)
+    assert json.loads(completed.stdout.strip().splitlines()[-1]) == export.tokens.quantized_tokens
+
+
+def test_greedy_tokens_below_the_threshold_fail_a_quantized_generation_bundle(trained_llama):
+    from bot.run.generation import build_generation_model
+    from exporters.generation.components import sample_prompts
+
+    model, _ = build_generation_model(str(trained_llama), 0)
+    export = _generation(model, "onnx", QuantizeConfig("int4", min_equal_tokens=12), sample_prompts(model))
+    assert export.validate(raise_on_failure=False) == MISMATCH
+    assert export.check.status == PASS  # fidelity held: the bundle is what PyTorch computes with these scales
+    assert export.tokens.equal_steps < 12 and "quality: tokens:" in export.problems()[0]
+
+
+# ── The ledger's quantize scope ──
+def _entry(tmp_path, scope: str, repro: str = ""):
+    (tmp_path / "export_skips.toml").write_text(f"""
+[[entry]]
+id = "llama-int4"
+models = ["LlamaForCausalLM"]
+backend = "onnx"
+scope = "{scope}"
+dependency = "onnxruntime"
+reason = "a test entry"
+model_change = "none"
+failure = "x"
+added = 2026-12-05
+{repro}""")
+    (tmp_path / "onnx_disable_optimize.toml").write_text("")
+    return tmp_path
+
+
+def test_a_quantize_entry_gates_its_scheme_only(tmp_path):
+    from exporters.ledger import load_ledger
+
+    ledger = load_ledger(_entry(tmp_path, "quantize", '[entry.repro.export]\nquantize = "int4"\n'))
+    assert ledger.skip("LlamaForCausalLM", "onnx", dynamic=False, quantize="int4").id == "llama-int4"
+    assert ledger.skip("LlamaForCausalLM", "onnx", dynamic=True, generate=True, quantize="int4") is not None
+    assert ledger.skip("LlamaForCausalLM", "onnx", dynamic=False, quantize="int8") is None
+    assert ledger.skip("LlamaForCausalLM", "onnx", dynamic=False) is None
+
+
+def test_a_quantize_entry_must_name_a_scheme_of_its_backend(tmp_path):
+    from exporters.ledger import LedgerError, load_ledger
+
+    with pytest.raises(LedgerError, match="names its scheme in"):
+        load_ledger(_entry(tmp_path, "quantize"))
+    with pytest.raises(LedgerError, match="'8da4w' is no onnx scheme"):
+        load_ledger(_entry(tmp_path, "quantize", '[entry.repro.export]\nquantize = "8da4w"\n'))

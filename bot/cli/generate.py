@@ -27,7 +27,7 @@ from exporters.ledger import LedgerEntry
 def export_generation_command(model: str, backend: str, task: str, out_dir: Path | None, seed: int = 0,
                               batch_size: int = 2, sequence_length: int = 8, max_sequence: int | None = None,
                               et_backend: str | None = None, no_optimize: bool = False,
-                              without: tuple[str, ...] = (), ignore_ledger: bool = False) -> None:
+                              without: tuple[str, ...] = (), ignore_ledger: bool = False, quantize: Any = None) -> None:
     """``exportbot export MODEL --task <generation task>``: the bundle, its table, exit 1 unless it passed."""
     out_dir = out_dir or Path("out") / f"{Path(model).name}-{backend}-generation"
     console = Console(stderr=True)
@@ -36,7 +36,7 @@ def export_generation_command(model: str, backend: str, task: str, out_dir: Path
             export = export_generation(model, backend, out_dir, task=task, seed=seed, batch_size=batch_size,
                                        prompt_length=sequence_length, max_cache_len=max_sequence or 64,
                                        et_backend=et_backend or "xnnpack", optimize=not no_optimize,
-                                       without=without, ignore_ledger=ignore_ledger)
+                                       without=without, ignore_ledger=ignore_ledger, quantize=quantize)
     except LedgerSkip as skip:
         click.echo(f"{model}: {skip}\nUse --ignore-ledger to try the export anyway.")
         sys.exit(EXIT_FAILED)
@@ -49,16 +49,25 @@ def export_generation_command(model: str, backend: str, task: str, out_dir: Path
 
 def print_export(console: Console, model: str, backend: str, export: Any, out_dir: Path) -> None:
     table = Table(title=f"{model} → {backend} (generation): {export.status}", title_justify="left")
-    for column in ("component", "validation", "export s", "inputs"):
+    quantized = export.quantization is not None
+    for column in ("component", "validation", "export s", "inputs", *(("fidelity steps", "quality") if quantized else ())):
         table.add_column(column, overflow="fold")
     for name, result in export.results.items():
         seconds = sum(result.metadata.stage_seconds.values())
         status = result.validation.status if result.validation else "not validated"
-        table.add_row(name, status, f"{seconds:.1f}", ", ".join(result.component.arguments[:4]) +
-                      (" …" if len(result.component.arguments) > 4 else ""))
+        row = [name, status, f"{seconds:.1f}", ", ".join(result.component.arguments[:4]) +
+               (" …" if len(result.component.arguments) > 4 else "")]
+        if quantized:
+            record = result.quantization_record()
+            row.append(f"{max((f['steps'] for f in record['fidelity'].values()), default=0.0):.3f}")
+            row.append((record["quality"] or {}).get("summary", "not validated"))
+        table.add_row(*row)
     console.print(table)
     if export.check is not None:
-        console.print(f"generate vs eager: {export.check.status}: {export.check.detail}")
+        against = "the same quantization in eager" if export.quantization is not None else "eager"
+        console.print(f"generate vs {against}: {export.check.status}: {export.check.detail}")
+    if export.tokens is not None:
+        console.print(f"greedy tokens vs float eager: {export.tokens.status}: {export.tokens.detail}")
     if export.status == "pass":
         console.print(f"bundle: {out_dir}")
     for problem in export.problems()[:5]:

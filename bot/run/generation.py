@@ -289,15 +289,18 @@ def rebuild_source(source: dict[str, Any]) -> Any:
 
 
 def make_generation_exporter(backend: str, et_backend: str = "xnnpack", optimize: bool = True,
-                             without: tuple[str, ...] = ()) -> Any:
+                             without: tuple[str, ...] = (), quantize: Any = None) -> Any:
+    """The exporter of a generation bundle's components; ``quantize`` (a ``QuantizeConfig``) quantizes each alike."""
+    if quantize is not None and backend == "dynamo":
+        raise UsageProblem(f"--quantize {quantize.scheme}: quantized exports need --backend executorch or onnx")
     if backend == "onnx":
         from exporters.onnx.exporter import OnnxConfig, OnnxExporter
 
-        return OnnxExporter(OnnxConfig(optimize=optimize, without=frozenset(without)))
+        return OnnxExporter(OnnxConfig(optimize=optimize, without=frozenset(without), quantize=quantize))
     if backend == "executorch":
         from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
 
-        return ExecutorchExporter(ExecutorchConfig(backend=et_backend, without=frozenset(without)))
+        return ExecutorchExporter(ExecutorchConfig(backend=et_backend, without=frozenset(without), quantize=quantize))
     from exporters.dynamo.exporter import DynamoConfig, DynamoExporter
 
     return DynamoExporter(DynamoConfig(without=frozenset(without)))
@@ -307,28 +310,36 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
                       max_cache_len: int = 64, batch_size: int = 2, prompt_length: int = 8, new_tokens: int = 16,
                       et_backend: str = "xnnpack", optimize: bool = True, without: tuple[str, ...] = (),
                       overrides: dict[str, Any] | None = None, ignore_ledger: bool = False,
-                      stages: Any = None) -> Any:
+                      stages: Any = None, quantize: Any = None) -> Any:
     """Export, validate from the written files, publish: the ``export --task <generation task>`` path.
 
     Raises ``LedgerSkip`` when an EXPORT_SKIPS entry gates this class's generation export on ``backend``
-    (scopes ``all``, ``dynamic``, ``generate``), unless ``ignore_ledger``. ``stages`` (an
+    (scopes ``all``, ``dynamic``, ``generate``, and ``quantize`` for its scheme), unless ``ignore_ledger``.
+    ``quantize`` (a ``QuantizeConfig``) quantizes every component alike (docs/quantization.md). ``stages`` (an
     ``exporters.stages.StageTracker``) is told the steps of our own, so a failure record names the one that
     raised (``building model``, ``exporting components``, ``validating``) where no torch stage did.
     """
     from exporters.generation.components import GenerationExportConfig, sample_prompts
-    from exporters.generation.export import export_for_generation
+    from exporters.generation.export import check_quantize_for_generation, export_for_generation
     from exporters.generation.support import GenerationUnsupported
+    from exporters.quantize.schemes import QuantizeError
     from exporters.validation import ValidationError
 
     def stage(name: str) -> Any:
         return stages.stage(name) if stages is not None else contextlib.nullcontext()
 
+    try:  # before any work: a scheme this backend or a generation bundle cannot take is one line, exit 2
+        exporter = make_generation_exporter(backend, et_backend, optimize, without, quantize)
+        check_quantize_for_generation(exporter)
+    except QuantizeError as error:
+        raise UsageProblem(str(error)) from None
     with stage("building model"):
         built, source = build_generation_model(model, seed, task, overrides)
     if not ignore_ledger:
         from exporters.ledger import load_ledger
 
-        entry = load_ledger().skip(type(built).__name__, backend, dynamic=True, generate=True)
+        entry = load_ledger().skip(type(built).__name__, backend, dynamic=True, generate=True,
+                                   quantize=quantize.scheme if quantize is not None else None)
         if entry is not None:
             raise LedgerSkip(entry)
     if prompt_length + new_tokens > max_cache_len:
@@ -336,7 +347,6 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
                            f"{max_cache_len}")
     with stage("building model"):
         inputs = sample_prompts(built, batch=batch_size, prompt_length=prompt_length, seed=seed)
-    exporter = make_generation_exporter(backend, et_backend, optimize, without)
     with stage("exporting components"):
         try:
             export = export_for_generation(exporter, built, inputs,

@@ -85,7 +85,8 @@ def export_one(request: ExportRequest, progress: Callable[[str], None] = lambda 
     repro_entry = ledger.by_id(request.repro) if request.repro is not None else None
     ignored = {"all"} if repro_entry is not None else set(request.ignore_ledger)
     outcome.repro = request.repro
-    skip = ledger.skip(class_name, request.backend, dynamic)
+    quantize = request.options.quantize.scheme if request.options.quantize is not None else None
+    skip = ledger.skip(class_name, request.backend, dynamic, quantize=quantize)
     if skip is not None and not ({"all", skip.id} & ignored):
         outcome.status, outcome.ledger_entry, outcome.ledger_reason = SKIPPED, skip.id, skip.reason
         return outcome
@@ -160,6 +161,7 @@ def _build_export_validate(
         elif request.validate:
             with stages.stage("validating"), quiet_native_noise():
                 report = result.validate(raise_on_failure=False)
+        outcome.quantization = result.quantization_record()
         if report is not None:
             outcome.status = report.status
             outcome.max_abs_diff = report.max_abs_diff

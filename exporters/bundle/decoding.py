@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["EagerGeneration", "GenerationOutput", "eager_components", "generate", "run_generation"]
+__all__ = ["EagerGeneration", "GenerationOutput", "eager_components", "generate", "module_components",
+           "run_generation"]
 
 Component = Callable[..., Mapping[str, torch.Tensor]]
 
@@ -201,6 +202,12 @@ def _prompt_inputs(input_ids: torch.Tensor | None, kwargs: dict[str, Any]) -> di
 
 def eager_components(plans: list[Any]) -> dict[str, Component]:
     """The eager wrapper modules of a generation export, callable like the loaded components."""
+    return module_components({plan.name: plan.module for plan in plans})
+
+
+def module_components(modules: Mapping[str, torch.nn.Module]) -> dict[str, Component]:
+    """Component modules (eager wrappers, or a quantized bundle's PyTorch references) callable like the loaded
+    components, without autograd."""
 
     def no_grad(module: torch.nn.Module) -> Component:
         def run(**inputs: torch.Tensor) -> Mapping[str, torch.Tensor]:
@@ -209,7 +216,7 @@ def eager_components(plans: list[Any]) -> dict[str, Component]:
 
         return run
 
-    return {plan.name: no_grad(plan.module) for plan in plans}
+    return {name: no_grad(module) for name, module in modules.items()}
 
 
 class EagerGeneration:

@@ -71,6 +71,18 @@ def synthetic_sequences(count: int, length: int, vocab: int, generator: torch.Ge
     return torch.where(kind, progressions, repeats) + SPECIAL_TOKENS
 
 
+def corpus_prompts(batch: int, prompt_length: int, vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Prompts drawn from the training corpus (the trained model is confident on them), left-padded as
+    ``exporters.generation.components.make_prompts`` pads: row ``i`` loses ``i * prompt_length // 3`` tokens."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = synthetic_sequences(batch, prompt_length, vocab, generator)
+    mask = torch.ones_like(ids)
+    for row in range(1, batch):
+        cut = min(row * prompt_length // 3, prompt_length - 1)
+        mask[row, :cut], ids[row, :cut] = 0, 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
 def train(recipe: TrainingRecipe) -> torch.nn.Module:
     """A ``LlamaForCausalLM`` trained on ``recipe``'s synthetic corpus (next-token cross-entropy, AdamW)."""
     from transformers import LlamaForCausalLM
