@@ -43,7 +43,8 @@ def generate_entry(entry_id: str) -> LedgerEntry | None:
 
 
 def generation_outcome(model_class: str, backend: str, out_dir: Path, seed: int = 0,
-                       overrides: dict[str, Any] | None = None, without: tuple[str, ...] = ()) -> ExportOutcome:
+                       overrides: dict[str, Any] | None = None, without: tuple[str, ...] = (),
+                       quantize: str | None = None) -> ExportOutcome:
     """Export ``model_class`` for generation without the ledger, validated token for token; never raises for a
     failed export (the failure is the outcome: its cause, stage, traceback tail and reproducing command)."""
     from exporters.base import package_versions
@@ -52,13 +53,17 @@ def generation_outcome(model_class: str, backend: str, out_dir: Path, seed: int 
 
     outcome = ExportOutcome(model_class, backend, True, FAILED, 0.0, versions=package_versions(backend),
                             registry=str(default_registry_dir()))
-    outcome.options = {"task": "generation", "seed": seed, "overrides": overrides or {}}
+    from exporters.quantize.schemes import QuantizeConfig
+
+    config = QuantizeConfig(quantize) if quantize is not None else None
+    outcome.options = {"task": "generation", "seed": seed, "overrides": overrides or {},
+                       "quantize": None if config is None else config.as_dict()}
     outcome.repro_source = "generation export of the tiny model" + (" with config" if overrides else "")
     started = time.perf_counter()
     with stage_events() as stages:
         try:
             export = export_generation(model_class, backend, out_dir, seed=seed, overrides=overrides,
-                                       ignore_ledger=True, without=without, stages=stages)
+                                       ignore_ledger=True, without=without, stages=stages, quantize=config)
         except NotForGeneration as error:  # no KV cache to carry: not a failed export, skipped with the reason
             outcome.status, outcome.error_type = SKIPPED, type(error).__name__
             outcome.error = str(error).strip()[:4000]
@@ -78,6 +83,7 @@ def generation_outcome(model_class: str, backend: str, out_dir: Path, seed: int 
                              for stage, s in r.metadata.stage_seconds.items()}
     if export.check is not None:
         outcome.max_abs_diff = {"logits": export.check.max_logits_diff or 0.0}
+    outcome.quantization = export.quantization_record()
     if export.status != "pass":  # validated and found wanting: where, and how to see it again
         outcome.error = "; ".join(export.problems()[:5]) or export.status
         outcome.failed_stage = "validating"
@@ -144,12 +150,14 @@ def rerun_generation(entry: LedgerEntry, model_class: str, backend: str, out_dir
     return outcome
 
 
-def sweep_generation_outcome(model_class: str, backend: str, ignore_ledger: list[str]) -> ExportOutcome:
+def sweep_generation_outcome(model_class: str, backend: str, ignore_ledger: list[str],
+                             quantize: str | None = None) -> ExportOutcome:
     """The sweep's generation task (``sweep run --task text-generation``): the class's generation export, into
-    a scratch bundle, unless a ledger entry gates it (``skipped``, as the sweep records any gated export)."""
+    a scratch bundle, unless a ledger entry gates it (``skipped``, as the sweep records any gated export);
+    quantized with ``quantize`` (a scheme name) when given."""
     import tempfile
 
-    entry = load_ledger().skip(model_class, backend, dynamic=True, generate=True)
+    entry = load_ledger().skip(model_class, backend, dynamic=True, generate=True, quantize=quantize)
     if entry is not None and not {"all", entry.id} & set(ignore_ledger):
         outcome = ExportOutcome(model_class, backend, True, SKIPPED, 0.0, ledger_entry=entry.id,
                                 ledger_reason=entry.reason)
@@ -157,7 +165,8 @@ def sweep_generation_outcome(model_class: str, backend: str, ignore_ledger: list
         return outcome
     seed, overrides, tries = lively_build(model_class)
     with tempfile.TemporaryDirectory(prefix="exportbot-sweep-generation-") as scratch:
-        outcome = generation_outcome(model_class, backend, Path(scratch) / "bundle", seed, overrides)
+        outcome = generation_outcome(model_class, backend, Path(scratch) / "bundle", seed, overrides,
+                                     quantize=quantize)
     outcome.options["tries"] = tries
     if outcome.status == "inconclusive" and tries and all(t.get("degenerate") for t in tries):
         outcome.error = f"{outcome.error} [all {len(tries)} tries degenerate in eager: seeds and overrides in options.tries]"

@@ -111,7 +111,7 @@ def trained_llama(cache: Path, recipe: TrainingRecipe | None = None) -> Path:
 
 
 def llama_checkpoint(cache: Path, hidden: int = 512, layers: int = 8, heads: int = 8, intermediate: int = 1376,
-                     vocab: int = 32000, seed: int = 0) -> Path:
+                     vocab: int = 8000, seed: int = 0) -> Path:
     """A random-initialised ``LlamaForCausalLM`` checkpoint of this size under ``cache`` (made once)."""
     from transformers import LlamaForCausalLM
 
@@ -121,7 +121,7 @@ def llama_checkpoint(cache: Path, hidden: int = 512, layers: int = 8, heads: int
 
     def build() -> torch.nn.Module:
         torch.manual_seed(seed)
-        return LlamaForCausalLM(llama_config(hidden, layers, heads, intermediate, vocab, 2048)).eval()
+        return LlamaForCausalLM(llama_config(hidden, layers, heads, intermediate, vocab, 256)).eval()
 
     return _cached(Path(cache) / f"llama-{hidden}x{layers}-{key}", build, shape)
 
