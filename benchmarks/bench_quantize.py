@@ -148,6 +148,19 @@ def forward_latencies(bundles: dict[str, Path], inputs: dict[str, torch.Tensor])
     return {name: round(seconds * 1000, 2) for name, seconds in best.items()}
 
 
+def export_each(export: Any, checkpoint: Path, backend: str, schemes: tuple[str, ...],
+                prefix: Path) -> tuple[dict[str, Path], dict[str, dict[str, Any]]]:
+    """The float bundle and one per scheme, exported in turn: where each is, and what was measured."""
+    bundles: dict[str, Path] = {}
+    measured: dict[str, dict[str, Any]] = {}
+    for scheme in (None, *schemes):
+        name = scheme or "float"
+        bundles[name] = prefix.with_name(f"{prefix.name}-{backend}-{name}")
+        print(f"{prefix.name} {backend} {name}: exporting", flush=True)
+        measured[name] = export(checkpoint, backend, scheme, bundles[name])
+    return bundles, measured
+
+
 def llama_rows(work: Path) -> list[dict[str, Any]]:
     from bot.run.generation import build_generation_model
     from exporters.generation.components import sample_prompts
@@ -156,13 +169,7 @@ def llama_rows(work: Path) -> list[dict[str, Any]]:
     checkpoint = llama_checkpoint(CACHE)
     rows = []
     for backend, schemes in LLAMA_SCHEMES.items():
-        bundles: dict[str, Path] = {}
-        measured: dict[str, dict[str, Any]] = {}
-        for scheme in (None, *schemes):
-            name = scheme or "float"
-            bundles[name] = work / f"llama-{backend}-{name}"
-            print(f"llama {backend} {name}: exporting", flush=True)
-            measured[name] = export_llama(checkpoint, backend, scheme, bundles[name])
+        bundles, measured = export_each(export_llama, checkpoint, backend, schemes, work / "llama")
         model, _ = build_generation_model(str(checkpoint), 0)
         speeds = decode_speeds(bundles, sample_prompts(model, batch=BATCH, prompt_length=PROMPT, seed=1))
         for name, row in measured.items():
@@ -183,13 +190,7 @@ def encoder_rows(work: Path) -> list[dict[str, Any]]:
               "token_type_ids": torch.zeros(1, ENCODER_SEQUENCE, dtype=torch.long)}
     rows = []
     for backend, schemes in ENCODER_SCHEMES.items():
-        bundles: dict[str, Path] = {}
-        measured: dict[str, dict[str, Any]] = {}
-        for scheme in (None, *schemes):
-            name = scheme or "float"
-            bundles[name] = work / f"bert-{backend}-{name}"
-            print(f"bert {backend} {name}: exporting", flush=True)
-            measured[name] = export_encoder(checkpoint, backend, scheme, bundles[name])
+        bundles, measured = export_each(export_encoder, checkpoint, backend, schemes, work / "bert")
         passed = {name: path for name, path in bundles.items() if measured[name]["status"] == "pass"}
         latencies = forward_latencies(passed, inputs) if "float" in passed else {}
         for name, row in measured.items():

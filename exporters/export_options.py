@@ -367,6 +367,9 @@ def resolve_class_name(model: str, task: str | None) -> str:
     return class_for_task(cls.config_class, task) if task is not None else model
 
 
+WEIGHTS_LOADED = "weights loaded from"  # how a built model's note begins when its weights were not random
+
+
 @dataclass
 class BuiltModel:
     """The eager model, its sample inputs, and the class it is (after the task chose the head)."""
@@ -418,12 +421,13 @@ def load_checkpoint(model: str, class_name: str, seed: int, pretrained: bool = F
     source: str | Path = path if local else model
     cls = model_class(class_name)
     config = transformers.AutoConfig.from_pretrained(source, local_files_only=local or hub.local_only())
-    if (local and _has_weights(path)) or (not local and pretrained):
-        return cls.from_pretrained(source, local_files_only=local or hub.local_only()).eval(), f"weights loaded from {model}"
+    if (local and has_weights(path)) or (not local and pretrained):
+        return cls.from_pretrained(source, local_files_only=local or hub.local_only()).eval(), f"{WEIGHTS_LOADED} {model}"
     torch.manual_seed(seed)
     note = f"random weights (seed {seed}) from {model}'s config" + ("" if local else "; --pretrained loads its weights")
     return cls(config).eval(), note
 
 
-def _has_weights(directory: Path) -> bool:
+def has_weights(directory: Path) -> bool:
+    """A checkpoint directory that holds weights (else its model is random-initialised from the config)."""
     return any(directory.glob("*.safetensors")) or any(directory.glob("pytorch_model*.bin"))

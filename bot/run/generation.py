@@ -328,6 +328,7 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
     ``exporters.stages.StageTracker``) is told the steps of our own, so a failure record names the one that
     raised (``building model``, ``exporting components``, ``validating``) where no torch stage did.
     """
+    from exporters.export_options import has_weights
     from exporters.generation.components import GenerationExportConfig, sample_prompts
     from exporters.generation.export import check_quantize_for_generation, export_for_generation
     from exporters.generation.support import GenerationUnsupported
@@ -363,6 +364,10 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
         except GenerationUnsupported as error:  # found at the first eager prefill (no cache returned)
             raise NotForGeneration(str(error)) from None
     export.layout["source"] = source
+    if quantize is not None:  # the weights' origin is known here, not in the exporter
+        random = "tiny" in source or not has_weights(Path(source["checkpoint"]))
+        for result in export.results.values():
+            result.quantization.random_weights = random
     with stage("validating"), contextlib.suppress(ValidationError):  # reported from export.status / problems
         export.save(out_dir)
     return export

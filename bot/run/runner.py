@@ -125,7 +125,7 @@ def _build_export_validate(
 ) -> Any:  # fmt: skip
     """The stages of ``export_one``, filling ``outcome``; the validation report (None when not validated or
     when a stage raised, which ``_failed`` has recorded)."""
-    from exporters.export_options import OptionError
+    from exporters.export_options import WEIGHTS_LOADED, OptionError
     from exporters.ledger.repro import exporter_options
     from exporters.stages import quiet_native_noise
     from exporters.utils import HitLog, observing_hits
@@ -146,6 +146,8 @@ def _build_export_validate(
         exporter.config = dataclasses.replace(exporter.config, **exporter_options(built))
         with observing_hits(fired):
             result = exporter.export(built.model, built.inputs)
+        if result.quantization is not None:  # the weights' origin is known here, not in the exporter
+            result.quantization.random_weights = not built.source.startswith(WEIGHTS_LOADED)
         outcome.options = request.options.record(request.backend, request.et_backend, class_name, exporter.config)
         result.metadata.options = outcome.options
         result.metadata.notes.append(built.source)  # where the model came from (weights or random)

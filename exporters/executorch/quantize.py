@@ -27,7 +27,7 @@ from torch.export import ExportedProgram
 from exporters.base import StageClock
 from exporters.quantize.calibration import calibration_batches
 from exporters.quantize.record import QuantizedExport
-from exporters.quantize.schemes import QuantizeConfig
+from exporters.quantize.schemes import QuantizeConfig, QuantizeError
 from exporters.utils import record_hit, register_patch
 
 TORCHAO_SCHEMES = ("8da4w", "8da8w")
@@ -76,6 +76,8 @@ def quantize_with_torchao(model: torch.nn.Module, config: QuantizeConfig) -> Qua
 
     quantized = copy.deepcopy(model)
     layers = linear_layers(quantized)
+    if not layers:
+        raise QuantizeError(f"--quantize {config.scheme}: the model has no nn.Linear layer, so nothing would be quantized")
     bits = torch.int4 if config.scheme == "8da4w" else torch.int8
     per_group = {n for n, m in layers.items() if config.scheme == "8da4w" and m.in_features % config.group_size == 0}
     per_channel = sorted(set(layers) - per_group)

@@ -190,7 +190,8 @@ class GenerationExport:
             self.check = check_generation(self.model, loaded, self.inputs, max_new_tokens=self.new_tokens,
                                           references=references)
             self.tokens = token_quality(self.model, loaded.metadata.generation, self.inputs, self.check,
-                                        quantization.config.thresholds(self.backend)["min_equal_tokens"])
+                                        quantization.config.thresholds(self.backend)["min_equal_tokens"],
+                                        quantization.random_weights)
         manifest = self.manifest()
         manifest.files = loaded.metadata.files
         write_manifest(directory, manifest)

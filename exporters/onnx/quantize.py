@@ -29,9 +29,13 @@ import onnx_ir as ir
 import torch
 
 from exporters.quantize.record import QuantizedExport
-from exporters.quantize.schemes import QuantizeConfig
+from exporters.quantize.schemes import QuantizeConfig, QuantizeError
 
-MATMUL_LAYERS = ("Linear", "Conv1D")  # modules that compute input @ weight(.T): their input is the MatMul's
+
+def _multiplies_its_input(module: torch.nn.Module) -> bool:
+    """An ``nn.Linear`` (subclasses too: Falcon's ``FalconLinear``) or transformers' ``Conv1D``: a module that
+    computes ``input @ weight(.T)``, so its input is the MatMul's (what ``DynamicQuantizeLinear`` quantizes)."""
+    return isinstance(module, torch.nn.Linear) or type(module).__name__ == "Conv1D"
 
 
 def quantize_onnx(model: ir.Model, float_model: torch.nn.Module, config: QuantizeConfig) -> tuple[ir.Model, QuantizedExport]:
@@ -39,8 +43,12 @@ def quantize_onnx(model: ir.Model, float_model: torch.nn.Module, config: Quantiz
     proto = ir.serde.serialize_model(model)
     layers, kept_float = _weight_layers(proto, float_model)
     embeddings = _embedding_gathers(proto, float_model) if config.embeddings else {}
-    nodes = sorted(layers) + sorted(embeddings)
-    quantized = _quantize_int8(proto, nodes, config) if config.scheme == "int8" else _quantize_int4(proto, nodes, config)
+    if not layers:
+        raise QuantizeError(f"--quantize {config.scheme}: no MatMul of the graph multiplies by an nn.Linear or "
+                            "Conv1D weight of the model, so nothing would be quantized")
+    chosen = [*sorted(layers), *sorted(embeddings)]
+    quantized = _quantize_int8(proto, chosen, config) if config.scheme == "int8" else _quantize_int4(proto, chosen, config)
+    _require_quantized(quantized, len(layers), len(embeddings), config)
     reference = _reference(float_model, quantized, layers, embeddings, dynamic_inputs=config.scheme == "int8")
     method = (f"onnxruntime quantize_dynamic(weight_type=QInt8, per_channel=False, op_types_to_quantize="
               f"{_op_types(config)})" if config.scheme == "int8" else
@@ -67,7 +75,7 @@ def _weight_layers(proto: onnx.ModelProto, model: torch.nn.Module) -> tuple[dict
     by_shape: dict[tuple[int, ...], list[tuple[str, torch.Tensor]]] = {}
     for name, module in model.named_modules():
         weight = getattr(module, "weight", None)
-        if type(module).__name__ in MATMUL_LAYERS and isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        if _multiplies_its_input(module) and isinstance(weight, torch.Tensor) and weight.dim() == 2:
             as_matmul = weight.detach().T if isinstance(module, torch.nn.Linear) else weight.detach()
             by_shape.setdefault(tuple(as_matmul.shape), []).append((name, as_matmul))
     layers: dict[str, tuple[str, str]] = {}
@@ -99,25 +107,44 @@ def _embedding_gathers(proto: onnx.ModelProto, model: torch.nn.Module) -> dict[s
     return found
 
 
-def _quantize_int8(proto: onnx.ModelProto, nodes: list[str], config: QuantizeConfig) -> onnx.ModelProto:
+def _quantize_int8(proto: onnx.ModelProto, chosen: list[str], config: QuantizeConfig) -> onnx.ModelProto:
+    """``quantize_dynamic`` of the ``chosen`` nodes only (its ``nodes_to_quantize`` restricts)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with tempfile.TemporaryDirectory(prefix="exportbot-quantize-") as directory:
         path = Path(directory) / "quantized.onnx"
-        quantize_dynamic(proto, path, op_types_to_quantize=_op_types(config), nodes_to_quantize=nodes,
+        quantize_dynamic(proto, path, op_types_to_quantize=_op_types(config), nodes_to_quantize=chosen,
                          per_channel=False, weight_type=QuantType.QInt8,
                          extra_options={"MatMulConstBOnly": True})
         return onnx.load(str(path))
 
 
-def _quantize_int4(proto: onnx.ModelProto, nodes: list[str], config: QuantizeConfig) -> onnx.ModelProto:
+def _quantize_int4(proto: onnx.ModelProto, chosen: list[str], config: QuantizeConfig) -> onnx.ModelProto:
+    """``MatMulNBitsQuantizer`` of the ``chosen`` nodes only: its ``nodes_to_include`` only adds nodes to those
+    of its op types, so every other node is excluded by name."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
+    excluded = [node.name for node in proto.graph.node if node.name not in set(chosen)]
     quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=config.block_size, is_symmetric=True,
-                                     accuracy_level=None, nodes_to_include=nodes,
+                                     accuracy_level=None, nodes_to_exclude=excluded,
                                      op_types_to_quantize=tuple(_op_types(config)))
     quantizer.process()
     return quantizer.model.model
+
+
+QUANTIZED_OPS = {"int8": ("MatMulInteger", "Gather"), "int4": ("MatMulNBits", "GatherBlockQuantized")}
+
+
+def _require_quantized(model: onnx.ModelProto, layers: int, tables: int, config: QuantizeConfig) -> None:
+    """The quantizer quantized exactly the layers and tables asked for: a node the PyTorch reference does not
+    quantize would fail fidelity, and here it is named as what it is."""
+    matmul, gather = QUANTIZED_OPS[config.scheme]
+    found = sum(node.op_type == matmul for node in model.graph.node)
+    quantized_tables = sum(node.op_type == gather and node.input[0].endswith(("_quantized", "_Q4"))
+                           for node in model.graph.node)
+    if (found, quantized_tables) != (layers, tables):
+        raise QuantizeError(f"ONNX Runtime's quantizer made {found} {matmul} and {quantized_tables} quantized "
+                            f"{gather} nodes; {layers} and {tables} were asked for")
 
 
 # ── The PyTorch reference: the same scales, dequantized ──
@@ -158,17 +185,21 @@ def dynamic_quantize_linear(x: torch.Tensor) -> torch.Tensor:
 
 def _dequantized_weights(proto: onnx.ModelProto) -> Iterator[tuple[str, torch.Tensor]]:
     """``(float weight initializer name, [K, N] dequantized)`` for each weight the quantizer replaced."""
-    initializers = {name: torch.from_numpy(onnx.numpy_helper.to_array(t).copy()) for name, t in _initializers(proto).items()}
+    tensors = _initializers(proto)
+
+    def initializer(name: str) -> torch.Tensor:
+        return torch.from_numpy(onnx.numpy_helper.to_array(tensors[name]).copy())
+
     for node in proto.graph.node:
         if node.op_type == "MatMulInteger":  # inputs: A, B (int8), A zero point, B zero point; B's scale: <B>_scale
             weight = node.input[1]
             original = weight.removesuffix("_quantized")
-            scale, zero_point = initializers[f"{original}_scale"], initializers[node.input[3]]
-            yield original, (initializers[weight].double() - zero_point.double()).mul(scale.double()).float()
+            scale, zero_point = initializer(f"{original}_scale"), initializer(node.input[3])
+            yield original, (initializer(weight).double() - zero_point.double()).mul(scale.double()).float()
         elif node.op_type == "MatMulNBits":  # inputs: A, B (packed uint4 [N, blocks, bytes]), scales[, zero points]
             attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
             yield node.input[1].removesuffix(f"_Q{attributes['bits']}"), _unpack_nbits(
-                initializers[node.input[1]], initializers[node.input[2]], attributes)
+                initializer(node.input[1]), initializer(node.input[2]), attributes)
 
 
 def _unpack_nbits(packed: torch.Tensor, scales: torch.Tensor, attributes: dict[str, Any]) -> torch.Tensor:

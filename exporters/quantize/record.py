@@ -17,13 +17,14 @@ import torch
 
 from exporters.quantize.calibration import random_batch
 from exporters.quantize.fidelity import Tolerance, one_step_tolerance, output_step
-from exporters.quantize.quality import QualityReport, compare_output, judged, rows_of
+from exporters.quantize.quality import INCONCLUSIVE, QualityReport, compare_output, judged, rows_of
 from exporters.quantize.schemes import QuantizeConfig
 from exporters.validation import named_tensors
 
 MASKS = ("attention_mask", "decoder_attention_mask")
 QUALITY_BATCHES = 7  # random batches of the sample's shape that quality runs besides the sample
 QUALITY_SEED = 1
+RANDOM_WEIGHTS = "random weights: a random model's quantization error says nothing about a trained one's"
 
 
 @dataclass
@@ -40,6 +41,9 @@ class QuantizedExport:
     calibration_batches: int = 0
     steps: dict[str, float] = field(default_factory=dict)  # output -> its largest 8-bit step seen (fidelity)
     quality: QualityReport | None = None
+    # Set by a caller that knows the weights are random (the tiny factory, a checkpoint without weights): a random
+    # model's quantization error says nothing about a trained one's, so quality is recorded and inconclusive.
+    random_weights: bool = False
 
     def tolerance(self, atol: float, rtol: float) -> Tolerance:
         """The fidelity tolerance: the backend's float one plus one step of each output (recording the steps)."""
@@ -65,6 +69,9 @@ class QuantizedExport:
         batches = [inputs for _label, inputs in cases] + [random_batch(sample, generator) for _ in range(extra)]
         report.outputs = [compare_output(name, expected, actual, None, report.thresholds)
                           for name, expected, actual in _pooled_rows(run_loaded, batches, float_model)]
+        if self.random_weights:
+            for output in report.outputs:
+                output.status, output.detail = INCONCLUSIVE, f"{RANDOM_WEIGHTS}; {output.detail}"
         self.quality = report
         return report
 
