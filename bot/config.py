@@ -19,6 +19,13 @@ Example::
     dashboard = false                      # keep one dashboard issue up to date
     dashboard_title = "exportbot ledger dashboard"
     registry = "registry"                  # the ledger directory, relative to the repository root
+    min_release_age_days = 3               # exportbot watch: a release this young is not proposed yet
+    bump_branch_prefix = "exportbot/bump-" # one rolling bump PR per package group: exportbot/bump-<group>
+    bump_labels = ["exportbot", "dependency-bump"]
+
+    [tool.exportbot.coupled]               # package = the packages it moves with (one bump group)
+    executorch = ["torch"]                 # executorch is built for one torch release
+    torchao = ["torch"]                    # torchao follows torch
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +63,12 @@ class BotConfig:
     dashboard: bool = False
     dashboard_title: str = "exportbot ledger dashboard"
     registry: str = "registry"
+    min_release_age_days: float = 3.0
+    bump_branch_prefix: str = "exportbot/bump-"
+    bump_labels: tuple[str, ...] = ("exportbot", "dependency-bump")
+    coupled: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: {"executorch": ("torch",), "torchao": ("torch",)}
+    )
 
 
 def find_config(start: Path | None = None) -> Path | None:
@@ -93,6 +106,8 @@ def parse_config(table: Mapping[str, Any], source: str = CONFIG_FILE) -> BotConf
         problem = _CHECKS[key](value)
         if problem:
             raise ConfigError(f"{source}: [tool.exportbot] {key!r} {problem}, got {value!r}")
+        if key == "coupled":
+            value = {name: tuple(others) for name, others in value.items()}
         values[key] = tuple(value) if isinstance(value, list) else value
     return BotConfig(**values)
 
@@ -125,6 +140,16 @@ def _boolean(value: Any) -> str | None:
     return None if isinstance(value, bool) else "must be true or false"
 
 
+def _non_negative_number(value: Any) -> str | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+    return None if ok else "must be a number of days of at least 0"
+
+
+def _coupling(value: Any) -> str | None:
+    ok = isinstance(value, dict) and all(isinstance(k, str) and k and _names(v) is None for k, v in value.items())
+    return None if ok else "must be a table: package = [packages it moves with]"
+
+
 _CHECKS = {
     "repository": _string(_REPOSITORY, "'owner/name'"),
     "base_branch": _string(_BRANCH, "a branch name"),
@@ -136,4 +161,8 @@ _CHECKS = {
     "dashboard": _boolean,
     "dashboard_title": _string(),
     "registry": _string(re.compile(r"(?!/)(?!.*\.\.)[^\\\s]+"), "a relative directory path"),
+    "min_release_age_days": _non_negative_number,
+    "bump_branch_prefix": _string(_BRANCH, "a branch name prefix"),
+    "bump_labels": _names,
+    "coupled": _coupling,
 }

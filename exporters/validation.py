@@ -94,6 +94,12 @@ class ValidationReport:
     # A quantized export's quality against float eager (exporters.quantize.quality.QualityReport): a conclusive
     # miss of its thresholds fails the export as a mismatch does; an inconclusive one is recorded, not failed.
     quality: Any = None
+    # Shapes below the range torch.export proved (batch 1, a one-token prompt): they decide each dim's
+    # validated minimum (exporters.minimum_sizes), not the verdict, which is the sample and second shapes'.
+    smaller_shapes: list[ShapeCheck] = field(default_factory=list)
+    # The sample without each optional argument, on the bundle filling it as eager does
+    # (exporters.optional_inputs): they decide the manifest's ``optional``, not the verdict.
+    omitted_inputs: list[ShapeCheck] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -135,6 +141,9 @@ class ValidationReport:
 
     def as_dict(self) -> dict[str, Any]:
         data = {"status": self.status, "atol": self.atol, "rtol": self.rtol, "shapes": [asdict(s) for s in self.shapes]}
+        for name in ("smaller_shapes", "omitted_inputs"):
+            if getattr(self, name):
+                data[name] = [asdict(s) | {"status": s.status} for s in getattr(self, name)]
         if self.quality is not None:
             data["quality"] = self.quality.as_dict()
         return data

@@ -235,6 +235,7 @@ class _Pull:
     maintainer_can_modify: bool = False
     merged_at: str | None = None
     merge_commit_sha: str | None = None
+    head_repo: str | None = None  # "owner/name" of a fork the head branch lives in (None: this repository)
 
 
 @dataclass
@@ -265,6 +266,7 @@ class _Repo:
     labels: dict[str, _Label] = field(default_factory=dict)
     refs: dict[str, str] = field(default_factory=dict)
     objects: dict[str, _Blob | _Tree | _Commit] = field(default_factory=dict)
+    check_runs: list[dict[str, Any]] = field(default_factory=list)  # as GitHub answers them (checks API)
 
     @property
     def full_name(self) -> str:
@@ -319,6 +321,10 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("GET", _REPO + r"/labels", "_list_labels"),
         ("POST", _REPO + r"/labels", "_create_label"),
         ("GET", _REPO + r"/labels/(?P<name>.+)", "_get_label"),
+        ("POST", _REPO + r"/check-runs", "_create_check_run"),
+        ("PATCH", _REPO + r"/check-runs/(?P<id>\d+)", "_edit_check_run"),
+        ("GET", _REPO + r"/commits/(?P<ref>[^/]+)/check-runs", "_list_check_runs"),
+        ("GET", _REPO + r"/commits/(?P<sha>[0-9a-f]{40})", "_get_repo_commit"),
         ("GET", _REPO + r"/pulls", "_list_pulls"),
         ("POST", _REPO + r"/pulls", "_create_pull"),
         ("GET", _REPO + r"/pulls/(?P<number>\d+)", "_get_pull"),
@@ -496,8 +502,11 @@ class FakeGitHub:
         base: str | None = None,
         state: str = "open",
         merged: bool = False,
+        files: Mapping[str, str] | None = None,
+        head_repo: str | None = None,
     ) -> int:
-        """Add a pull request from branch ``head`` (created at ``base``'s tip plus one commit)."""
+        """Add a pull request from branch ``head`` (created at ``base``'s tip plus one commit changing ``files``;
+        ``head_repo``: the fork the branch lives in, as GitHub shows it; the commits stay in this repository)."""
         with self._lock:
             if full_name.lower() not in self._repos:
                 self.add_repo(full_name)
@@ -507,9 +516,12 @@ class FakeGitHub:
             head_ref = f"refs/heads/{head}"
             if head_ref not in repo.refs:
                 tree = self._commit(repo, base_sha).tree
+                if files:
+                    changes = {path: self._blob_entry(repo, text.encode()) for path, text in files.items()}
+                    tree = self._tree_with(repo, tree, changes)
                 repo.refs[head_ref] = self._store_commit(repo, tree, (base_sha,), title)
             issue = self._new_issue(repo, title, None, self.login)
-            issue.pull = _Pull(head=head, base=base, head_sha=repo.refs[head_ref], base_sha=base_sha)
+            issue.pull = _Pull(head=head, base=base, head_sha=repo.refs[head_ref], base_sha=base_sha, head_repo=head_repo)
             if merged:
                 self._merge(repo, issue)
             elif state == "closed":
@@ -1054,6 +1066,14 @@ class FakeGitHub:
             "repo": self._repo_json(repo),
         }
 
+    def _fork_branch_json(self, repo: _Repo, pull: _Pull) -> dict[str, Any]:
+        """A head branch in a fork: GitHub names the fork's repository (owner, full_name) in ``head.repo``."""
+        owner, name = (pull.head_repo or "").split("/")
+        fork = self._repo_json(repo) | {"name": name, "full_name": pull.head_repo, "owner": self._user_json(owner),
+                                         "fork": True}  # fmt: skip
+        return {"label": f"{owner}:{pull.head}", "ref": pull.head, "sha": pull.head_sha,
+                "user": self._user_json(owner), "repo": fork}  # fmt: skip
+
     def _pull_json(self, repo: _Repo, issue: _Issue, *, full: bool = True) -> dict[str, Any]:
         pull = issue.pull
         assert pull is not None
@@ -1100,7 +1120,7 @@ class FakeGitHub:
             "assignees": [],
             "requested_reviewers": [],
             "requested_teams": [],
-            "head": self._branch_json(repo, pull.head, pull.head_sha),
+            "head": self._fork_branch_json(repo, pull) if pull.head_repo else self._branch_json(repo, pull.head, pull.head_sha),
             "base": self._branch_json(repo, pull.base, pull.base_sha),
             "_links": {name: {"href": href} for name, href in links.items()},
             "author_association": "MEMBER",
@@ -1279,6 +1299,67 @@ class FakeGitHub:
         repo = self._repo(req)
         comments = self._issue(repo, req.params["number"]).comments
         return 200, [self._comment_json(repo, c) for c in self._paginate(req, comments)]
+
+    # ---- checks: one check run per name and head commit, created and edited by the bot ----
+    def _create_check_run(self, req: _Request) -> tuple[int, Any]:
+        repo, body = self._repo(req), req.body or {}
+        for field_name in ("name", "head_sha"):
+            if not body.get(field_name):
+                raise _HttpError(422, errors=[{"resource": "CheckRun", "field": field_name, "code": "missing_field"}])
+        run_id = next(self._ids)
+        run = {"id": run_id, "node_id": f"CR_{run_id}", "head_sha": body["head_sha"], "external_id": "",
+               "url": f"{self._api(repo)}/check-runs/{run_id}", "html_url": f"{self.web_url}/{repo.full_name}/runs/{run_id}",
+               "details_url": body.get("details_url"), "status": body.get("status", "queued"),
+               "conclusion": body.get("conclusion"), "started_at": _iso(), "completed_at": None, "name": body["name"],
+               "output": {"title": None, "summary": None, "text": None, "annotations_count": 0,
+                          "annotations_url": f"{self._api(repo)}/check-runs/{run_id}/annotations"},
+               "check_suite": {"id": 1}, "app": None, "pull_requests": []}  # fmt: skip
+        self._update_check_run(run, body)
+        repo.check_runs.append(run)
+        return 201, run
+
+    def _update_check_run(self, run: dict[str, Any], body: dict[str, Any]) -> None:
+        for key in ("status", "conclusion", "details_url"):
+            if key in body:
+                run[key] = body[key]
+        if body.get("conclusion"):
+            run["status"], run["completed_at"] = "completed", _iso()
+        if isinstance(body.get("output"), dict):
+            output = body["output"]
+            if not output.get("title") or not output.get("summary"):
+                raise _HttpError(422, errors=[{"resource": "CheckRun", "field": "output", "code": "invalid"}])
+            if len(output["summary"]) > 65535:
+                raise _HttpError(422, "Invalid request.\n\nOnly 65535 characters are allowed; 65536 were supplied.")
+            run["output"] |= {k: output.get(k) for k in ("title", "summary", "text")}
+
+    def _edit_check_run(self, req: _Request) -> tuple[int, Any]:
+        repo = self._repo(req)
+        run = next((r for r in repo.check_runs if r["id"] == int(req.params["id"])), None)
+        if run is None:
+            raise _HttpError(404)
+        self._update_check_run(run, req.body or {})
+        return 200, run
+
+    def _list_check_runs(self, req: _Request) -> tuple[int, Any]:
+        repo = self._repo(req)
+        ref = req.params["ref"]
+        sha = repo.refs.get(f"refs/heads/{ref}", ref)
+        runs = [r for r in repo.check_runs if r["head_sha"] == sha
+                and (not req.query.get("check_name") or r["name"] == req.query["check_name"])]  # fmt: skip
+        return 200, {"total_count": len(runs), "check_runs": runs}
+
+    def _get_repo_commit(self, req: _Request) -> tuple[int, Any]:
+        """The REST commit object (``GET /repos/{o}/{r}/commits/{sha}``): the git commit under ``commit``."""
+        repo, sha = self._repo(req), req.params["sha"]
+        git = self._commit_json(repo, sha)
+        return 200, {"sha": sha, "node_id": f"C_{sha[:8]}", "url": f"{self._api(repo)}/commits/{sha}",
+                     "html_url": f"{self.web_url}/{repo.full_name}/commit/{sha}", "commit": git,
+                     "parents": git["parents"], "author": None, "committer": None, "files": []}  # fmt: skip
+
+    def check_runs_of(self, full_name: str, sha: str) -> list[dict[str, Any]]:
+        """The check runs on commit ``sha`` (what a PR's checks tab shows)."""
+        with self._lock:
+            return [dict(r) for r in self._repos[full_name.lower()].check_runs if r["head_sha"] == sha]
 
     def _create_comment(self, req: _Request) -> tuple[int, Any]:
         repo, body = self._repo(req), req.body or {}

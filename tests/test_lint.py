@@ -469,3 +469,18 @@ def test_command_warnings_do_not_fail(tmp_path: Path) -> None:
     assert lines[-1] == ("lint: 0 errors, 1 warning; 1 of 2 registered workarounds have no upstream URL "
                          "(0 with a draft to file)")
     assert len(lines) == 2 and ": warning: workaround 'untracked_factory'" in lines[0]
+
+
+def test_a_timeout_failure_needs_its_own_budget(tmp_path: Path) -> None:
+    """A slowness entry without budget_s would be judged by the audit's --timeout: a long one lets the slow
+    export pass and reads as a fix (the onnx Resize-folding false removal)."""
+    slow = block(SKIP_KEYS, failure="'timed out after \\d+ s|timeout'")
+    found = lint(registry(tmp_path, skips=slow), check_classes=False, check_workarounds=False)
+    assert rendered(found) == [
+        f"{tmp_path / SKIPS}:9: entry 'skip-a': its failure /timed out after \\d+ s|timeout/ is a timeout, so it "
+        "needs [entry.repro] budget_s (the seconds past which its export counts as too slow, whatever --timeout says)"
+    ]
+    budgeted = slow + "\n[entry.repro]\nbudget_s = 90\n"
+    assert lint(registry(tmp_path, skips=budgeted), check_classes=False, check_workarounds=False) == []
+    not_slow = block(SKIP_KEYS)  # GuardOnDataDependentSymNode: no budget needed
+    assert lint(registry(tmp_path, skips=not_slow), check_classes=False, check_workarounds=False) == []

@@ -119,13 +119,20 @@ ROWS = [
     ("force", "open", recorded(AT_PINS), None, True, True, ["forced (--all / --entry)"], {}, "still-needed"),
     ("force-overrides-a-human-block", "closed:not_planned", recorded(AT_PINS), None, True, True,
      [f"upstream closed:not_planned: {HUMAN}", "forced (--all / --entry)"], {}, "still-needed"),
-    ("candidate-in-stack", "open", recorded(AT_PINS), "torch==2.14.0", False, True, ["candidate torch==2.14.0"],
-     {"torch": ("2.13.0", "2.14.0")}, "still-needed"),
+    ("candidate-in-stack", "open", recorded(AT_PINS), "torch==2.14.0", False, True,
+     ["torch 2.13.0 → 2.14.0", "candidate torch==2.14.0"], {"torch": ("2.13.0", "2.14.0")}, "still-needed"),
+    # Never verified: nothing was seen failing, so nothing can have moved since (a pass is not-reproduced).
     ("candidate-never-verified", "open", recorded(None), "torch==2.14.0", False, True,
-     ["never verified", "candidate torch==2.14.0"], {"torch": ("2.13.0", "2.14.0")}, None),
+     ["never verified", "candidate torch==2.14.0"], {}, None),
     ("candidate-blocked", "closed:not_planned", recorded(AT_PINS), "torch==2.14.0", False, False,
-     [f"upstream closed:not_planned: {HUMAN}", "candidate torch==2.14.0"], {"torch": ("2.13.0", "2.14.0")},
-     "still-needed"),
+     [f"upstream closed:not_planned: {HUMAN}", "torch 2.13.0 → 2.14.0", "candidate torch==2.14.0"],
+     {"torch": ("2.13.0", "2.14.0")}, "still-needed"),
+    # The move is judged against the versions the entry was verified at, not the pins: verified at torch
+    # 2.12.0, the candidate torch==2.12.0 is that very release (the pin 2.13.0 says nothing about it).
+    ("candidate-is-the-verified-release", "open", recorded(OLD_TORCH), "torch==2.12.0", False, True,
+     ["candidate torch==2.12.0"], {}, "still-needed"),
+    ("candidate-after-an-older-verification", "open", recorded(OLD_TORCH), "torch==2.14.0", False, True,
+     ["torch 2.12.0 → 2.14.0", "candidate torch==2.14.0"], {"torch": ("2.12.0", "2.14.0")}, "still-needed"),
     ("candidate-outside-stack", "open", recorded(AT_PINS), "onnx==1.24.0", False, False, [NOTHING], {},
      "still-needed"),
 ]  # fmt: skip
@@ -169,9 +176,11 @@ def test_no_candidate_is_none_not_empty():
 
 @pytest.mark.parametrize(
     ("text", "parsed"),
-    [("onnx==1.24.0", ("onnx", "1.24.0")), (" onnx == 1.24.0 ", ("onnx", "1.24.0")),
+    [("onnx==1.24.0", [("onnx", "1.24.0")]), (" onnx == 1.24.0 ", [("onnx", "1.24.0")]),
      # the name is what precedes the first ==; the rest is the version pip is asked for (and rejects)
-     ("onnx==1.24.0==2", ("onnx", "1.24.0==2"))],
+     ("onnx==1.24.0==2", [("onnx", "1.24.0==2")]),
+     # a coupled group, moved together
+     ("torch==2.14.0,executorch==1.6.0", [("torch", "2.14.0"), ("executorch", "1.6.0")])],
 )  # fmt: skip
 def test_parse_candidate(text, parsed):
     assert parse_candidate(text) == parsed
@@ -181,7 +190,19 @@ def test_parse_candidate(text, parsed):
 def test_parse_candidate_refuses_anything_but_pkg_eq_version(text):
     with pytest.raises(ValueError) as raised:
         parse_candidate(text)
-    assert str(raised.value) == f"--candidate must be PKG==VERSION, got {text!r}"
+    assert str(raised.value) == f"--candidate must be PKG==VERSION, got {text.strip()!r}"
+    with pytest.raises(ValueError, match="names a package twice"):
+        parse_candidate("onnx==1.24.0,ONNX==1.25.0")
+
+
+def test_a_group_candidate_stands_in_for_each_of_its_packages_in_the_stack():
+    subject = Subject("e", ENTRY, "executorch", (), ("torch", "transformers", "executorch", "torchao"))
+    verified = {"e": Verification("e", ON, {"torch": "2.13.0", "transformers": "5.23.0", "executorch": "1.5.1",
+                                            "torchao": "0.18.0"})}  # fmt: skip
+    plan = plan_entry(subject, None, PINS | {"executorch": "1.5.1", "torchao": "0.18.0"}, verified,
+                      candidate="torch==2.14.0,executorch==1.6.0,onnx==1.24.0")  # fmt: skip
+    assert plan.candidate == "torch==2.14.0,executorch==1.6.0"  # onnx is not in this stack
+    assert plan.moved_pins == {"torch": ("2.13.0", "2.14.0"), "executorch": ("1.5.1", "1.6.0")}
 
 
 # describe_state: the word stored in verified.toml (upstream_state) and shown in reports.

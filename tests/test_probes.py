@@ -21,7 +21,9 @@ from click.testing import CliRunner
 from fake_github import fake_github_fixture  # noqa: F401 (provides the fake_github fixture)
 from test_audit import PINS, REPO, tracker, web, write_registry
 
+from bot.audit.pins import constraints_with
 from bot.audit.plan import Export, workaround_subject
+from bot.audit.releases import newer_versions
 from bot.audit.workaround_index import (
     FiredExport,
     build_index,
@@ -43,13 +45,12 @@ from bot.run.bisect import (
     UNINSTALLABLE,
     Probe,
     first_passing,
-    newer_versions,
-    parse_index_versions,
     released_versions,
 )
+from bot.run.index import parse_index_versions
 from bot.run.reruns import subprocess_runner
 from bot.run.runner import export_one
-from bot.run.venvs import Uninstallable, constraints_with, ensure_venv
+from bot.run.venvs import Uninstallable, ensure_venv
 from bot.sweep.records import SCHEMA
 from bot.sweep.results import read_results
 from exporters import load_all_workarounds
@@ -351,10 +352,11 @@ def test_version_listing_and_constraints():
     )
     assert newer_versions(parse_index_versions(output), "2.13.0") == ["2.14.0", "2.14.1", "2.15.0"]
     pins = "# comment\ntorch==2.13.0  # trailing\nONNXScript==0.7.2\n"
-    assert (
+    assert (  # only the version changes: the name as written and comments stay (the bump PR's minimal diff)
         constraints_with(pins, "onnxscript", "0.8.0")
-        == "# comment\ntorch==2.13.0  # trailing\nonnxscript==0.8.0\n"
+        == "# comment\ntorch==2.13.0  # trailing\nONNXScript==0.8.0\n"
     )
+    assert constraints_with(pins, "torch", "2.14.0") == "# comment\ntorch==2.14.0  # trailing\nONNXScript==0.7.2\n"
     assert constraints_with("torch==2.13.0\n", "onnx", "1.24.0") == "torch==2.13.0\nonnx==1.24.0\n"
 
 

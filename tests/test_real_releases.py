@@ -33,8 +33,8 @@ from typing import Any
 import pytest
 from fake_github import fake_github_fixture  # noqa: F401 (provides the fake_github fixture)
 
-from bot.audit.pins import normalize_name, read_pins
-from bot.run.venvs import DEFAULT_CACHE, constraints_with, ensure_venv, project_dependencies, site_packages
+from bot.audit.pins import constraints_with, normalize_name, read_pins
+from bot.run.venvs import DEFAULT_CACHE, ensure_venv, project_dependencies, site_packages
 
 REPO = Path(__file__).resolve().parents[1]
 REGISTRY = REPO / "tests" / "real_releases" / "registry"

@@ -63,15 +63,20 @@ def test_likely_places_come_first_with_their_reasons_and_the_fastest_fill_up_to_
     assert choice.chosen[0].repro == "t5-fold" and choice.chosen[1].repro is None
 
 
-def test_the_budget_bounds_only_the_filler():
+def test_the_budget_bounds_the_whole_sample_in_priority_order_and_says_what_it_left_out():
+    """--regression-sample N is the sample's size: with onnxscript the reproducers and workaround exports alone
+    ran past six minutes, and --regression-sample 0 did not shrink them."""
     choice = sample("onnxscript", limit=1, reproducers=[T5])
-    assert [item.export.model for item in choice.chosen] == ["T5Model", "PatchedModel"]
-    assert [item.export.model for item in sample("onnxscript", limit=0).chosen] == ["PatchedModel"]
+    assert [item.export.model for item in choice.chosen] == ["T5Model"]
+    assert choice.left_out == ["PatchedModel onnx/static (workaround _aten_is_all_true (dependency = onnxscript)): "
+                               "over the sample's budget of 1 (--regression-sample)"]  # fmt: skip
+    nothing = sample("onnxscript", limit=0, reproducers=[T5])
+    assert nothing.chosen == [] and len(nothing.left_out) == 2
 
 
 def test_a_package_in_every_stack_takes_every_backends_sources_and_merges_reasons():
     listed = parse_class_list("TorchPatched\n")  # no backend: every backend whose stack has torch
-    choice = sample("torch", limit=0, reproducers=[T5, SWIN], listed=listed)
+    choice = sample("torch", limit=20, reproducers=[T5, SWIN], listed=listed)
     got = {(item.export, item.reasons) for item in choice.chosen}
     assert (Export("TorchPatched", "onnx", False),
             ("workaround _fix_rsub_scalar (dependency = torch)", LISTED)) in got  # fmt: skip
@@ -86,7 +91,7 @@ def test_a_mode_the_ledger_skips_outright_is_left_out_and_said_so():
     def skipped(model: str, backend: str, dynamic: bool) -> str | None:
         return "swin-skip" if model == "SwinModel" and dynamic else None
 
-    choice = sample("executorch", limit=0, reproducers=[SWIN], skipped=skipped)
+    choice = sample("executorch", limit=2, reproducers=[SWIN], skipped=skipped)
     reproducers = [item.export for item in choice.chosen if item.repro]
     assert reproducers == [Export("SwinModel", "executorch", False)]
     assert choice.left_out == [

@@ -83,7 +83,16 @@ BAD = [
     ("[entry.repro]\nscript = 'elsewhere/x.py'\n", "onnx", "all", [(14, "must be a path 'registry/repro/NAME.py'")]),
     ("[entry.repro]\nscript = 'registry/repro/none.py'\n", "onnx", "all", [(14, "no such file")]),
     ("repro = 3\n", "onnx", "all", [(13, "'repro' must be a table")]),
-]
+    ("[entry.repro]\nbudget_s = 0\n", "onnx", "all", [(14, "'budget_s' must be a positive number of seconds")]),
+    ("[entry.repro.inputs.values.attention_mask]\npadding = 'middle'\n", "onnx", "all",
+     [(14, "'inputs.values.attention_mask.padding' must be 'left' or 'right'")]),
+    ("[entry.repro.inputs.values.input_ids]\nrange = [9, 3]\n", "onnx", "all",
+     [(14, "'inputs.values.input_ids.range' must be [low, high] with low < high")]),
+    ("[entry.repro.inputs.values.x]\ndtype = 'float64'\n", "onnx", "all", [(14, "'inputs.values.x.dtype' must be one of")]),
+    ("[[entry.repro.init]]\nmodules = ['Conv2d']\nrule = 'xavier'\n", "onnx", "all", [(13, "'rule' must be one of")]),
+    ("[[entry.repro.init]]\nmodules = ['PReLU']\nrule = 'uniform'\n", "onnx", "all", [(13, "rule 'uniform' needs 'range'")]),
+    ("[[entry.repro.init]]\nmodules = []\nrule = 'kaiming_normal'\n", "onnx", "all", [(13, "'modules' must be")]),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("repro", "backend", "scope", "expected"), BAD)
@@ -183,3 +192,66 @@ def test_script_builds_model_and_inputs(tmp_path: Path) -> None:
     built = build_reproducer(loaded, "ViTModel")
     assert built.source == "script e.py" and built.seed == 2
     assert run_eager(built).shape == torch.Size([3, 2])
+
+
+# ── Input values, weight re-initialisation, inputs the tiny builder does not make ──
+def test_values_pad_a_mask_and_draw_integers_in_a_range(tmp_path: Path) -> None:
+    """A left-padded attention_mask (the tiny sample's and a reshaped one were all ones or right-padded) and
+    input_ids in a range: the cases a script was needed for."""
+    text = entry(
+        "[entry.repro.inputs]\nbatch = 3\nsequence = 6\n\n[entry.repro.inputs.values.attention_mask]\n"
+        "padding = 'left'\npadded = 2\n\n[entry.repro.inputs.values.input_ids]\nrange = [5, 9]\n", model="BertModel"
+    )
+    built = build_reproducer(load_ledger(registry(tmp_path, text)).by_id("e"), "BertModel")
+    assert built.inputs["attention_mask"].tolist() == [[1] * 6, [0, 0, 1, 1, 1, 1], [1] * 6]
+    ids = built.inputs["input_ids"]
+    assert tuple(ids.shape) == (3, 6) and int(ids.min()) >= 5 and int(ids.max()) < 9 and ids.dtype == torch.long
+    assert built.source == "tiny model with inputs"
+    run_eager(built)
+
+
+def test_shapes_make_a_forward_input_the_tiny_builder_does_not(tmp_path: Path) -> None:
+    text = entry("[entry.repro.inputs.shapes]\nposition_ids = [2, 8]\n\n[entry.repro.inputs.values.position_ids]\n"
+                 "dtype = 'int64'\nrange = [0, 8]\n", model="BertModel")  # fmt: skip
+    default = build_reproducer(None, "BertModel")
+    assert "position_ids" not in default.inputs
+    built = build_reproducer(load_ledger(registry(tmp_path, text)).by_id("e"), "BertModel")
+    positions = built.inputs["position_ids"]
+    assert tuple(positions.shape) == (2, 8) and positions.dtype == torch.long and int(positions.max()) < 8
+    run_eager(built)
+    no_range = entry("[entry.repro.inputs.shapes]\nposition_ids = [2, 8]\n\n[entry.repro.inputs.values.position_ids]\n"
+                     "dtype = 'int64'\n", id="r", model="BertModel")  # fmt: skip
+    with pytest.raises(ReproError, match="an integer input the sample lacks needs a 'range'"):
+        build_reproducer(load_ledger(registry(tmp_path, no_range)).by_id("r"), "BertModel")
+    unknown = entry("[entry.repro.inputs.shapes]\nprompt_pixel_values = [1, 3, 8, 8]\n", id="u", model="BertModel")
+    with pytest.raises(ReproError, match=r"BertModel\.forward takes no 'prompt_pixel_values'"):
+        build_reproducer(load_ledger(registry(tmp_path, unknown)).by_id("u"), "BertModel")
+
+
+def test_init_rules_reinitialise_the_named_modules_only(tmp_path: Path) -> None:
+    text = entry(
+        "[[entry.repro.init]]\nmodules = ['Linear']\nparameter = 'bias'\nrule = 'constant'\nvalue = 0.25\n\n"
+        "[[entry.repro.init]]\nmodules = ['Embedding']\nrule = 'uniform'\nrange = [0.1, 0.3]\n", model="BertModel"
+    )
+    loaded = load_ledger(registry(tmp_path, text)).by_id("e")
+    assert loaded.repro.init == ({"modules": ["Linear"], "parameter": "bias", "rule": "constant", "value": 0.25},
+                                 {"modules": ["Embedding"], "rule": "uniform", "range": [0.1, 0.3]})  # fmt: skip
+    built = build_reproducer(loaded, "BertModel")
+    linears = [m for m in built.model.modules() if type(m).__name__ == "Linear"]
+    assert linears and all(bool((m.bias == 0.25).all()) for m in linears)
+    embeddings = [m.weight for m in built.model.modules() if type(m).__name__ == "Embedding"]
+    assert all(float(w.detach().min()) >= 0.1 and float(w.detach().max()) <= 0.3 for w in embeddings)
+    norms = [m for m in built.model.modules() if type(m).__name__ == "LayerNorm"]
+    assert norms and not any(bool((m.bias == 0.25).all()) and m.bias.numel() > 1 for m in norms)  # untouched
+    again = build_reproducer(loaded, "BertModel")  # seeded: the same weights every time
+    assert all(torch.equal(a, b) for a, b in zip(embeddings, [m.weight for m in again.model.modules()
+                                                             if type(m).__name__ == "Embedding"]))  # fmt: skip
+    missing = entry("[[entry.repro.init]]\nmodules = ['PReLU']\nrule = 'constant'\nvalue = 0.2\n", id="p",
+                    model="BertModel")  # fmt: skip
+    with pytest.raises(ReproError, match="no PReLU module with a 'weight' tensor in BertModel"):
+        build_reproducer(load_ledger(registry(tmp_path, missing)).by_id("p"), "BertModel")
+
+
+def test_budget_is_read_as_seconds(tmp_path: Path) -> None:
+    loaded = load_ledger(registry(tmp_path, entry("[entry.repro]\nbudget_s = 60\n"))).by_id("e")
+    assert loaded.repro.budget_s == 60.0 and isinstance(loaded.repro.budget_s, float)

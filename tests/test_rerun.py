@@ -4,15 +4,19 @@ Also: no PR path ever proposes removing an entry whose evidence is ``not-reprodu
 
 from __future__ import annotations
 
+import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bot.audit.plan import ENTRY, Export, Subject
+from bot.audit.plan import ENTRY, Export, Subject, plan_entry
+from bot.audit.verdict import STILL_NEEDED, verdict
 from bot.github.prwriter import Proposal, parse_pr_body, pr_body, select_proposals
-from bot.run.reruns import TIMEOUT, probe_superseders, rerun_subject, subprocess_runner
+from bot.run.reruns import probe_superseders, rerun_subject, subprocess_runner
+from bot.sweep.records import TIMEOUT
 from exporters.ledger import load_ledger
 
 # Stands in for ``python -m bot export ...``: writes its argv and EXPORTBOT_REGISTRY as the outcome record.
@@ -24,6 +28,10 @@ if os.environ.get("STAND_IN_MODE") == "hang":
 if os.environ.get("STAND_IN_MODE") == "die":
     print("Traceback: boom", file=sys.stderr)
     sys.exit(3)
+if os.environ.get("STAND_IN_MODE") == "segfault":
+    import signal
+    print("validating model.pte", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGSEGV)
 record = args[args.index("--outcome-json") + 1]
 with open(record, "w") as handle:
     json.dump({"status": "pass", "args": args, "registry": os.environ.get("EXPORTBOT_REGISTRY"),
@@ -77,13 +85,48 @@ def test_a_hung_export_is_a_timeout_naming_its_reproducer(interpreter, monkeypat
     monkeypatch.setenv("STAND_IN_MODE", "hang")
     outcome = subprocess_runner(1, python=interpreter, repro="e")("BertModel", "dynamo", False)
     assert outcome == {"model": "BertModel", "backend": "dynamo", "dynamic": False, "repro": "e",
-                       "workarounds_disabled": [], "status": TIMEOUT, "error": "timed out after 1 s"}  # fmt: skip
+                       "workarounds_disabled": [], "status": TIMEOUT, "error": "timed out after 1 s",
+                       "command": "exportbot export BertModel --backend dynamo --static --repro e"}  # fmt: skip
 
 
-def test_a_child_that_dies_is_a_failure_with_its_last_words(interpreter, monkeypatch):
+def test_a_slowness_entrys_budget_replaces_the_audit_timeout(interpreter, monkeypatch):
+    """The false removal of a "too slow" entry: with a long --timeout its slow export passed. Its budget_s is
+    the limit instead, whatever --timeout says, and running past it reads as the recorded timeout."""
+    monkeypatch.setenv("STAND_IN_MODE", "hang")  # the stand-in sleeps 60 s: slower than the budget, not --timeout
+    started = time.monotonic()
+    outcome = subprocess_runner(3600, python=interpreter, repro="e", budget_s=1)("BertModel", "onnx", False)
+    assert time.monotonic() - started < 30
+    assert (outcome["status"], outcome["error"]) == (TIMEOUT, "timed out after 1 s (the entry's budget_s)")
+    subject = Subject("e", ENTRY, "onnx", (Export("BertModel", "onnx", False),), ("onnx",), failure="timed out after")
+    plan = plan_entry(subject, None, {"onnx": "1.21.0"}, {}, force=True)
+    assert verdict(subject, plan, None, [outcome]).verdict == STILL_NEEDED
+
+
+def test_the_outcome_names_the_command_the_rerun_ran(interpreter):
+    outcome = subprocess_runner(30, python=interpreter, repro="e", extra_args=("--opset", "18"))("T5Model", "onnx", True)
+    assert outcome["command"] == "exportbot export T5Model --backend onnx --dynamic --repro e --opset 18"
+
+
+def test_a_child_that_dies_is_a_crash_with_its_last_words(interpreter, monkeypatch):
     monkeypatch.setenv("STAND_IN_MODE", "die")
     outcome = subprocess_runner(30, python=interpreter, repro="e")("BertModel", "dynamo", False)
-    assert outcome["status"] == "failed" and outcome["error"] == "exit 3 without an outcome: Traceback: boom"
+    assert outcome["status"] == "crashed"
+    assert outcome["error"] == "exited with code 3 without an outcome: Traceback: boom"
+
+
+def test_a_segfault_reads_as_the_sweep_records_it_so_a_failure_copied_from_a_sweep_still_matches(
+    interpreter, monkeypatch
+):
+    """One crash, one text: the sweep writes ``killed by signal 11 (SIGSEGV)``; an entry whose ``failure`` was
+    copied from that record must read the audit's re-run of the same crash as still-needed, not changed."""
+    monkeypatch.setenv("STAND_IN_MODE", "segfault")
+    outcome = subprocess_runner(30, python=interpreter, repro="e")("ResNetModel", "executorch", False)
+    sweep_text = "killed by signal 11 (SIGSEGV)"  # a crashed sweep record's error (docs/sweep-results.md)
+    assert (outcome["status"], outcome["error"]) == ("crashed", f"{sweep_text}: validating model.pte")
+    subject = Subject("e", ENTRY, "executorch", (Export("ResNetModel", "executorch", False),), ("torch",),
+                      failure=re.escape(sweep_text))  # fmt: skip
+    plan = plan_entry(subject, None, {"torch": "2.13.0"}, {}, force=True)
+    assert verdict(subject, plan, None, [outcome]).verdict == STILL_NEEDED
 
 
 def test_rerun_subject_repeats_every_export():

@@ -243,6 +243,19 @@ def test_config_defaults_values_and_errors(tmp_path: Path) -> None:
     assert load_config(None) == BotConfig()
 
 
+def test_reproduce_locally_prints_the_command_the_rerun_ran() -> None:
+    data = report({"t5-cast-folding": "removable"})
+    command = "exportbot export T5ForConditionalGeneration --backend onnx --static --repro t5-cast-folding --opset 18"
+    for evidence in data["entries"][0]["evidence"]:
+        if evidence["mode"] == "static":
+            evidence["command"] = command
+    proposal = proposal_from_report(data["entries"][0], data)
+    body = pr_body([proposal], 2, BRANCH)
+    assert f"{command}\n" in body  # as recorded, with the options the re-run passed
+    assert "exportbot export T5ForConditionalGeneration --backend onnx --dynamic --repro t5-cast-folding\n" in body
+    assert parse_pr_body(body) == [proposal]  # the command survives the hidden block
+
+
 def test_body_round_trips_and_edits_only_touch_copies(tmp_path: Path) -> None:
     data = report({"t5-cast-folding": "removable"})
     data["entries"][0]["reasons"] = ["passes --> <!-- even with comment delimiters | pipes"]
@@ -250,7 +263,10 @@ def test_body_round_trips_and_edits_only_touch_copies(tmp_path: Path) -> None:
     body = pr_body([proposal], 2, BRANCH)
     assert parse_pr_body(body) == [proposal]
     assert body.count("-->") == body.count("<!--")  # the reason cannot close the hidden block early
-    assert "exportbot export T5ForConditionalGeneration --backend onnx --dynamic --ignore-ledger" in body
+    # Reproduce locally: what the audit's re-run ran, the entry's reproducer (--repro), never --ignore-ledger,
+    # which exports the class's default tiny model (another model for an entry with [entry.repro]).
+    assert "exportbot export T5ForConditionalGeneration --backend onnx --dynamic --repro t5-cast-folding" in body
+    assert "--ignore-ledger" not in body
     assert "https://github.com/microsoft/onnxscript/issues/123" in body and "onnxscript 0.7.2" in body
     assert "| `T5ForConditionalGeneration` | static | 2 of 2 | 2.1e-06, 2.1e-06 |" in body
     assert parse_pr_body("<!-- exportbot:entry {not json} -->") == []
@@ -424,6 +440,28 @@ def test_closed_unmerged_pr_is_not_proposed_again_until_upstream_state_changes(s
     run(server, report({"t5-cast-folding": "removable"}))  # upstream now closed:completed
     assert len(pulls(server, "open")) == 1
     assert len(pulls(server)) == 2
+
+
+def test_a_new_pr_after_one_closed_unmerged_starts_from_the_base_not_the_rejected_commit(server: FakeGitHub) -> None:
+    """The branch outlives a PR a maintainer closed unmerged; the next PR must not carry that rejected commit
+    and a second commit re-adding its entries: one fresh commit on the base, whatever it proposes."""
+    run(server, report({"t5-cast-folding": "removable"}, states={"t5-cast-folding": "open"}))
+    [closed] = pulls(server)
+    rejected = server.branch_sha(REPO, BRANCH)
+    client(server).get_repo(REPO).get_pull(closed.number).edit(state="closed")
+    base = server.branch_sha(REPO, "main")
+
+    run(server, report({"t5-cast-folding": "removable", "bart-gather-fold": "removable"}, states={"t5-cast-folding": "open"}))
+    repo = client(server).get_repo(REPO)
+    head = repo.get_git_commit(server.branch_sha(REPO, BRANCH) or "")
+    assert [p.sha for p in head.parents] == [base] and head.sha != rejected
+    assert proposed_ids(server) == ["bart-gather-fold"]  # t5 stays turned down
+    assert only_removed(OPTIMIZE_TEXT, server.read_file(REPO, BRANCH, OPTIMIZE) or "", BART_BLOCK)
+
+
+def proposed_ids(server: FakeGitHub) -> list[str]:
+    [pull] = pulls(server, "open")
+    return [p.id for p in parse_pr_body(pull.body)]
 
 
 def test_pr_creation_failing_after_the_push_is_completed_by_the_next_run(server: FakeGitHub) -> None:

@@ -178,6 +178,56 @@ def test_partial_report_updates_only_its_own_rows_of_the_dashboard_and_the_pr(se
     settle(server, only(report({"bart-gather-fold": "removable"}), "bart-gather-fold"))
 
 
+def test_a_report_of_another_ledger_is_refused_before_any_write_and_the_dashboard_keeps_its_rows(
+    server: FakeGitHub, tmp_path: Path
+) -> None:
+    """A report that names this repository but was audited over another ledger (here: an empty one) used to
+    replace the dashboard's rows with its own (31 → 0 in the emulator). It shares no entry with the base's
+    ledger: exit 2, one line, no write."""
+    run(server, report({"t5-cast-folding": "removable", "bart-gather-fold": "still-needed"}), DASH)
+    [dashboard] = dashboards(server)
+    before, written = dashboard.body or "", writes(server)
+    elsewhere = FIRST | {"entries": [], "registry_digest": registry_digest({})}
+    (tmp_path / "pyproject.toml").write_text(f'[tool.exportbot]\nrepository = "{REPO}"\ndashboard = true\n')
+    result = invoke(server, tmp_path, elsewhere, "--apply", env={"GITHUB_TOKEN": TOKEN})
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "audited over another ledger" in result.output and "shares none of its entries" in result.output
+    assert writes(server) == written
+    assert (client(server).get_repo(REPO).get_issue(dashboard.number).body or "") == before
+    assert before.count("| `") == 3
+
+
+def test_a_report_of_a_ledger_the_base_has_moved_past_speaks_only_for_the_entries_both_list(
+    server: FakeGitHub,
+) -> None:
+    """The base gained an entry since the audit: the report covers the three it saw (said in a warning), and the
+    new entry is not reported on as if the audit had looked at it."""
+    added = SKIPS_TEXT + "\n" + SKIPS_TEXT.split("\n\n", 1)[1].replace("led-global-attention", "gpt-skip").replace(
+        "LEDForConditionalGeneration", "GPT2LMHeadModel")  # fmt: skip
+    push_on_main(server, SKIPS, added)
+    outcome = run(server, report({"t5-cast-folding": "removable"}), DASH)
+    assert outcome.warnings == [
+        f"the report was audited over another ledger (registry digest {report({})['registry_digest'][:12]}) than main "
+        f"holds ({registry_digest({'onnx_disable_optimize.toml': OPTIMIZE_TEXT.encode(), 'export_skips.toml': added.encode()})[:12]}): "
+        "it speaks for the 3 entries both list the same way; the other 1 of main's entries keep their rows"
+    ]
+    assert proposed(server) == ["t5-cast-folding"]
+    [dashboard] = dashboards(server)
+    body = dashboard.body or ""
+    assert "| `gpt-skip`" not in body and body.count("| `") == 3
+
+
+def test_each_write_is_printed_once(server: FakeGitHub, tmp_path: Path) -> None:
+    """"updated dashboard #N" used to be printed twice in one run: as a step and as the dashboard's line."""
+    (tmp_path / "pyproject.toml").write_text(f'[tool.exportbot]\nrepository = "{REPO}"\ndashboard = true\n')
+    first = invoke(server, tmp_path, FIRST, "--apply", env={"GITHUB_TOKEN": TOKEN})
+    assert first.exit_code == 0 and first.output.count("created dashboard #") == 1, first.output
+    second = invoke(server, tmp_path, GROWN, "--apply", env={"GITHUB_TOKEN": TOKEN})
+    assert second.exit_code == 0 and second.output.count("updated dashboard #") == 1, second.output
+    third = invoke(server, tmp_path, GROWN, "--apply", env={"GITHUB_TOKEN": TOKEN})
+    assert third.output.count("is up to date") == 1, third.output
+
+
 def test_rate_limited_rows_keep_their_earlier_dashboard_row(server: FakeGitHub) -> None:
     run(server, report({"t5-cast-folding": "removable", "bart-gather-fold": "still-needed"}), DASH)
     [dashboard] = dashboards(server)

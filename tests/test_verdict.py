@@ -82,6 +82,8 @@ def record(kind: str, subject: Subject = SKIP) -> dict[str, Verification]:
                                            STILL_NEEDED, "open")},
         "changed-moved": {subject.id: Verification(subject.id, datetime.date(2026, 1, 2), versions | {"torch": "2.12.0"},
                                                    "x", CHANGED, "open")},
+        "superseded-moved": {subject.id: Verification(subject.id, datetime.date(2026, 1, 2),
+                                                      versions | {"torch": "2.12.0"}, "x", SUPERSEDED, "open")},
         "not-reproduced-moved": {subject.id: Verification(subject.id, datetime.date(2026, 1, 2),
                                                           versions | {"torch": "2.12.0"}, "x", NOT_REPRODUCED, "open")},
     }[kind]  # fmt: skip
@@ -133,7 +135,12 @@ ROWS = [
     ("pass+moved+no-upstream", SKIP, "none", "moved", [PASS, PASS], REMOVABLE, [f"{ALL_2}; upstream none{MOVED}"]),
     ("pass+moved+closed", SKIP, "closed:completed", "moved", [PASS, PASS], REMOVABLE,
      [f"{ALL_2}; upstream closed:completed{MOVED}"]),
-    ("pass+moved-after-changed", SKIP, "open", "changed-moved", [PASS, PASS], REMOVABLE,
+    # A changed verification saw the reproducer fail differently: the recorded failure was never seen, so a
+    # pass after a move is no proof the move fixed it. Superseded probes did see it: a move then removes.
+    ("pass+moved-after-changed", SKIP, "open", "changed-moved", [PASS, PASS], NOT_REPRODUCED,
+     [claims(ALL_2, "at the last verification it failed differently (changed): the recorded failure was never seen "
+                    "at the versions it was verified at, so nothing shows the move fixed it")]),
+    ("pass+moved-after-superseded", SKIP, "open", "superseded-moved", [PASS, PASS], REMOVABLE,
      [f"{ALL_2}; upstream open{MOVED}"]),
     ("pass+same-pins+open", SKIP, "open", "same", [PASS, PASS], NOT_REPRODUCED,
      [claims(ALL_2, "last verified still-needed, and no pin of its stack moved since")]),
@@ -307,13 +314,14 @@ def test_unproven_pass_accepts_a_local_version_tag():
 
 
 def test_evidence_is_what_a_reviewer_reads_of_each_run():
+    command = "exportbot export GPT2Model --backend dynamo --dynamic --repro e"
     outcome = run("failed", "E" * 600, model="GPT2Model", dynamic=True, run=2, seconds=1.5,
                   max_abs_diff={"a": 1e-6, "b": 3e-6}, workarounds_disabled=["_fix_y"],
-                  workarounds_fired={"_fix_z": 2, "_fix_a": 1})  # fmt: skip
+                  workarounds_fired={"_fix_z": 2, "_fix_a": 1}, command=command)  # fmt: skip
     assert evidence_of(outcome) == {
         "model": "GPT2Model", "backend": "dynamo", "mode": "dynamic", "run": 2, "status": "failed", "error": "E" * 500,
         "max_abs_diff": 3e-6, "seconds": 1.5, "versions": {"torch": "2.13.0+cpu", "transformers": "5.23.0"},
-        "workaround_off": ["e", "_fix_y"], "workarounds_fired": ["_fix_a", "_fix_z"],
+        "workaround_off": ["e", "_fix_y"], "workarounds_fired": ["_fix_a", "_fix_z"], "command": command,
     }  # fmt: skip
 
 
@@ -321,6 +329,7 @@ def test_evidence_of_a_bare_outcome_is_empty_not_invented():
     assert evidence_of({}) == {
         "model": None, "backend": None, "mode": "static", "run": None, "status": None, "error": None,
         "max_abs_diff": None, "seconds": None, "versions": {}, "workaround_off": [], "workarounds_fired": [],
+        "command": None,
     }  # fmt: skip
     assert evidence_of({"error": "", "max_abs_diff": None, "versions": None})["error"] is None
 

@@ -13,7 +13,7 @@ import torch.utils._pytree as pytree
 
 from bot.audit.plan import ENTRY, Export, Subject
 from bot.audit.regression_sample import SampledExport
-from bot.audit.window import own_incompatibility, unsupported_reason
+from bot.audit.window import measured_edges, own_incompatibility, unsupported_reason
 from bot.outcome import FAILED as EXPORT_FAILED
 from bot.outcome import ExportOutcome, ExportRequest
 from bot.run.bisect import FAILED, PASSED, UNINSTALLABLE, UNSUPPORTED, ExportProbe, Probe, first_passing
@@ -40,7 +40,36 @@ def test_versions_below_the_measured_window_are_refused_in_one_line():
     assert "onnxscript>=0.6.0" in line and "torch_2_11" in line and "docs/version-window.md" in line
     assert unsupported_reason("onnxscript", "0.6.0") is None and unsupported_reason("ONNXScript", "0.7.2") is None
     assert unsupported_reason("executorch", "1.3.1") is not None and unsupported_reason("executorch", "1.4.0") is None
-    assert unsupported_reason("onnx", "1.0.0") is None  # no edge measured: not refused
+    assert "oldest release measured" in (unsupported_reason("onnx", "1.0.0") or "")  # below anything measured
+    assert unsupported_reason("torch", "2.0.0") is None  # never measured: no edge
+
+
+def probe(version: str, model: str, status: str = "pass", error: str = "") -> dict[str, Any]:
+    return {"package": "transformers", "version": version, "model": model, "backend": "onnx", "mode": "static",
+            "status": status, "error": error}  # fmt: skip
+
+
+def test_the_window_lists_only_releases_whose_probes_pass():
+    """transformers 5.12.1 was listed as supported while CanineModel and MixtralModel failed there in the
+    project's own output naming: the edge comes from the probes, so one failing probe moves it above that
+    release, and an older release that passed is outside too (nothing between is known to work)."""
+    failing = "Did not find a flatten_with_keys_fn for type: CanineModelOutputWithPooling"
+    records = [probe(v, m) for v in ("5.0.0", "5.6.2", "5.18.0", "5.23.0") for m in ("BertModel", "CanineModel")]
+    records += [probe("5.12.1", "BertModel"), probe("5.12.1", "CanineModel", "failed", failing)]
+    edges = measured_edges(records)
+    assert edges["transformers"].first == "5.18.0"
+    for version in ("5.6.2", "5.12.1", "5.12.2"):
+        line = unsupported_reason("transformers", version, edges)
+        assert line is not None and "transformers>=5.18.0" in line
+        assert "at 5.12.1, CanineModel onnx/static failed: Did not find a flatten_with_keys_fn" in line
+    assert unsupported_reason("transformers", "5.20.0", edges) is None
+    assert unsupported_reason("transformers", "5.24.0", edges) is None  # a newer release: the watch's candidates
+    fixed = [r for r in records if r["version"] != "5.12.1"] + [probe("5.12.1", "BertModel"), probe("5.12.1", "CanineModel")]
+    assert measured_edges(fixed)["transformers"].first == "5.0.0"  # measured again after the fix
+    uninstallable = measured_edges([{"package": "torchao", "version": "0.19.0", "model": None, "status": "uninstallable",
+                                     "error": "conflict"}])  # fmt: skip
+    assert uninstallable["torchao"].first is None
+    assert "no measured release passes" in (unsupported_reason("torchao", "0.19.0", uninstallable) or "")
 
 
 def test_an_import_error_in_exportbots_own_code_is_exportbots_not_the_dependencys():
@@ -78,7 +107,7 @@ def test_a_regression_row_failing_in_exportbots_own_code_is_unsupported_not_a_re
     ours = outcome_raised_in("/repo/exporters/exporter_onnx.py", "import torch\ntorch.ops.transformers.nope_op")
     ours["versions"] = {"transformers": "5.0.0"}
     pinned_calls = []
-    [row] = check_regressions([SampledExport(Export("BertModel", "onnx", False))], "transformers",
+    [row] = check_regressions([SampledExport(Export("BertModel", "onnx", False))], ["transformers"],
                               lambda item: ours, lambda item: pinned_calls.append(item) or {"status": "pass"})  # fmt: skip
     assert row.result == ROW_UNSUPPORTED and row.unsupported.startswith("exportbot does not support transformers 5.0.0")
     assert pinned_calls == []  # no second export: it is not a regression candidate
@@ -112,8 +141,29 @@ def test_outputs_registered_without_keys_are_named_by_their_fields():
     assert [leaf for _, leaf in leaves_with_path({"x": hidden})] == [hidden]
 
 
+class _ReturnsOldStyleOutput(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> OldStyleOutput:
+        return OldStyleOutput(last_hidden_state=x * 2, pooler_output=x.sum(-1))
+
+
+def test_a_bundle_describes_outputs_registered_without_keys(tmp_path):
+    """At transformers 5.12.1 CanineModel and every MoE model (CanineModelOutputWithPooling,
+    MoeModelOutputWithPast) failed in the bundle's own output description, which called pytree's
+    tree_flatten_with_path: exportbot's failure, not the release's, reported as three regressions."""
+    import exporters
+    from exporters import DynamoExporter
+
+    inputs = {"x": torch.randn(2, 3)}
+    DynamoExporter().export(_ReturnsOldStyleOutput(), inputs).save(tmp_path / "bundle")
+    loaded = exporters.load(tmp_path / "bundle")
+    assert [spec.name for spec in loaded.metadata.components["model"].outputs] == ["last_hidden_state", "pooler_output"]
+    again = loaded(**inputs)
+    assert type(again) is OldStyleOutput and torch.allclose(again["pooler_output"], inputs["x"].sum(-1))
+
+
 # The window's edges and a middle release (docs/version-window.md has every measured one).
 EDGES = [("transformers", "5.0.0", "BertModel", "onnx"), ("transformers", "5.12.1", "BertModel", "onnx"),
+         ("transformers", "5.12.1", "CanineModel", "onnx"), ("transformers", "5.12.1", "MixtralModel", "onnx"),
          ("transformers", "5.0.0", "LlamaForCausalLM", "executorch"), ("onnxscript", "0.6.0", "BertModel", "onnx"),
          ("onnx", "1.21.0", "BertModel", "onnx"), ("onnxruntime", "1.27.0", "BertModel", "onnx"),
          ("executorch", "1.4.0", "LlamaForCausalLM", "executorch")]  # fmt: skip
@@ -126,13 +176,12 @@ def test_the_exporter_works_at_the_edges_of_the_window(package, version, model, 
     environments, reused; layered on the pinned one: 7-20 s to build when missing, plus the export)."""
     from pathlib import Path
 
-    from bot.audit.pins import normalize_name
+    from bot.audit.pins import constraints_with, normalize_name
     from bot.run.reruns import subprocess_runner
     from bot.run.venvs import (
         DEFAULT_CACHE,
         REPO_ROOT,
-        constraints_with,
-        ensure_venv,
+            ensure_venv,
         project_dependencies,
         site_packages,
     )

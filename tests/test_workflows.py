@@ -317,8 +317,9 @@ def workflows() -> dict[str, dict[str, Any]]:
     return {path.name: load_workflow(path) for path in WORKFLOWS}
 
 
-def test_the_three_workflows_exist():
-    assert {"ci.yml", "audit.yml", "sweep.yml"} <= {p.name for p in WORKFLOWS}
+def test_the_workflows_exist():
+    assert {"ci.yml", "audit.yml", "sweep.yml", "watch.yml", "pin-check.yml", "pin-check-publish.yml"} <= {
+        p.name for p in WORKFLOWS}
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -447,17 +448,51 @@ def _writes(permissions: Any) -> set[str]:
     return {scope for scope, value in (permissions or {}).items() if value == "write"} if isinstance(permissions, dict) else set()
 
 
-def test_write_permissions_only_in_the_publish_job(workflows):
+# The only jobs that may write, and exactly what each may write. None of them runs a new release or a PR's code.
+PUBLISHERS = {
+    ("audit.yml", "publish"): {"contents", "pull-requests", "issues"},
+    ("watch.yml", "publish"): {"contents", "pull-requests", "issues"},
+    ("pin-check-publish.yml", "publish"): {"checks", "issues"},
+}
+
+
+def test_write_permissions_only_in_the_publish_jobs(workflows):
     for name, workflow in workflows.items():
         assert workflow.get("permissions") == {"contents": "read"}, f"{name}: top-level permissions must be contents: read"
         for job_id, job in workflow["jobs"].items():
             writes = _writes(job.get("permissions"))
-            if (name, job_id) == ("audit.yml", "publish"):
-                assert writes == {"contents", "pull-requests", "issues"}, writes
-                assert set(job["permissions"]) == writes, "publish asks for nothing else"
-            else:
-                assert writes == set(), f"{name}: job {job_id} may not write: {writes}"
+            assert writes == PUBLISHERS.get((name, job_id), set()), f"{name}: job {job_id} writes {writes}"
+    assert set(workflows["audit.yml"]["jobs"]["publish"]["permissions"]) == PUBLISHERS["audit.yml", "publish"]
+    assert set(workflows["watch.yml"]["jobs"]["publish"]["permissions"]) == PUBLISHERS["watch.yml", "publish"]
     assert _writes(workflows["audit.yml"]["jobs"]["audit"].get("permissions")) == set()
+
+
+def test_the_watch_job_that_installs_releases_cannot_write_and_publish_never_audits(workflows):
+    watch = workflows["watch.yml"]
+    assert _writes(watch["jobs"]["watch"]["permissions"]) == set()
+    assert watch["on"]["schedule"] and watch["concurrency"] == {"group": "exportbot-watch", "cancel-in-progress": False}
+    scripts = [step.get("run", "") for _, _, step in _steps(watch) if "run" in step]
+    assert any("exportbot watch --dry-run --json watch.json" in s for s in scripts)
+    publish = [step.get("run", "") for job, _, step in _steps(watch) if job == "publish" and "run" in step]
+    assert any("exportbot watch --publish" in s for s in publish)
+    assert not any("exportbot watch --dry-run --json" in s or "--candidate" in s for s in publish)
+
+
+def test_the_pin_check_runs_untrusted_code_with_no_secret_and_publishes_from_the_base(workflows):
+    """Trust model (docs/github-actions.md): the job running the PR's code holds no secret and no write
+    permission; the job that writes runs on workflow_run with the default branch's code, reads the artifact as
+    input and takes the commit from the event."""
+    check, publish = workflows["pin-check.yml"], workflows["pin-check-publish.yml"]
+    assert set(_events(check)) == {"pull_request"} and check["jobs"]["check"]["permissions"] == {"contents": "read"}
+    assert "secrets." not in (WORKFLOW_DIR / "pin-check.yml").read_text()
+    assert "workflow_run" in _events(publish)
+    for _, _, step in _steps(publish):
+        if step.get("uses", "").startswith("actions/checkout"):
+            assert "ref" not in (step.get("with") or {}), "publish checks out the default branch only"
+    script = next(step["run"] for _, _, step in _steps(publish) if "pin-check publish" in step.get("run", ""))
+    assert '--head-sha "$HEAD_SHA"' in script
+    head = next(step["env"]["HEAD_SHA"] for _, _, step in _steps(publish) if "pin-check publish" in step.get("run", ""))
+    assert head == "${{ github.event.workflow_run.head_sha }}"
 
 
 def test_audit_runs_one_at_a_time_and_is_never_cancelled(workflows):

@@ -116,3 +116,20 @@ def same_release(installed: str, version: str) -> bool:
         return Version(installed).public == Version(version).public
     except InvalidVersion:
         return False
+
+
+def constraints_with(text: str, package: str, version: str) -> str:
+    """Pin-file text with ``package`` pinned to ``version``: only the version on its line changes (its name as
+    written, a trailing comment and every other byte stay: the bump PR's minimal diff); appended when absent."""
+    key = normalize_name(package)
+    lines, replaced = [], False
+    for line in text.splitlines(keepends=True):
+        name = line.split("#", 1)[0].partition("==")[0].strip()
+        if name and normalize_name(name) == key:
+            line, replaced = re.sub(r"(==\s*)[^\s#]+", lambda m: m.group(1) + version, line, count=1), True
+        lines.append(line)
+    if not replaced:
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        lines.append(f"{package}=={version}\n")
+    return "".join(lines)

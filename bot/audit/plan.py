@@ -74,6 +74,7 @@ class Subject:
     failure: str | None = None
     list_name: str | None = None  # a ledger entry's list (ONNX_DISABLE_OPTIMIZE: its re-runs need the optimizer on)
     speed: bool = False  # a speed workaround: passing without it is expected, not evidence that it can go
+    budget_s: float | None = None  # a slowness entry's [entry.repro] budget_s: its re-runs' time limit
 
 
 def entry_subject(entry: LedgerEntry) -> Subject:
@@ -82,6 +83,7 @@ def entry_subject(entry: LedgerEntry) -> Subject:
     return Subject(
         entry.id, ENTRY, entry.backend, exports, tuple(BACKEND_STACK[entry.backend]),
         entry.upstream, entry.dependency, entry.failure, entry.list_name,
+        budget_s=entry.repro.budget_s if entry.repro is not None else None,
     )  # fmt: skip
 
 
@@ -114,7 +116,7 @@ class Plan:
     due: bool
     reasons: list[str]
     moved_pins: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
-    candidate: str | None = None  # "onnx==1.24.0" when --candidate named a package of this stack
+    candidate: str | None = None  # "onnx==1.24.0" when --candidate named packages of this stack (comma-joined)
     versions: dict[str, str | None] = field(default_factory=dict)  # the stack at its current pins
     # The verdict of the last verification (None: never verified). A pass is only evidence of a fix when
     # the failure was seen before: after "still-needed" or "changed" at other versions.
@@ -150,12 +152,18 @@ def is_unknown(state: UpstreamState | None) -> bool:
     return state is not None and (not state.reachable or state.error == NOT_FOUND)
 
 
-def parse_candidate(candidate: str) -> tuple[str, str]:
-    """``"onnx==1.24.0"`` → ``("onnx", "1.24.0")``; ``ValueError`` for anything else."""
-    name, sep, version = (part.strip() for part in candidate.partition("=="))
-    if not sep or not name or not version:
-        raise ValueError(f"--candidate must be PKG==VERSION, got {candidate!r}")
-    return name, version
+def parse_candidate(candidate: str) -> list[tuple[str, str]]:
+    """``"onnx==1.24.0"`` → ``[("onnx", "1.24.0")]``; coupled packages moved together are joined by commas
+    (``"torch==2.14.0,executorch==1.6.0"``, as ``exportbot watch`` tries a group); ``ValueError`` otherwise."""
+    specs = []
+    for part in candidate.split(","):
+        name, sep, version = (text.strip() for text in part.partition("=="))
+        if not sep or not name or not version:
+            raise ValueError(f"--candidate must be PKG==VERSION, got {part.strip()!r}")
+        specs.append((name, version))
+    if len({normalize_name(name) for name, _ in specs}) < len(specs):
+        raise ValueError(f"--candidate names a package twice: {candidate!r}")
+    return specs
 
 
 def plan_entry(
@@ -171,6 +179,16 @@ def plan_entry(
     entry = as_subject(entry)
     stack = entry.stack
     versions = {name: pins.get(normalize_name(name)) for name in stack}
+    matched = []
+    for name, version in parse_candidate(candidate) if candidate is not None else ():
+        in_stack = next((n for n in stack if normalize_name(n) == normalize_name(name)), None)
+        if in_stack is not None:
+            matched.append(f"{name}=={version}")
+            # The re-run runs at the candidate: that is the stack a verdict speaks about. What moved is
+            # judged against the versions the entry was verified at, never against the pins: a candidate
+            # equal to the verified release moves nothing, whatever the pin file says.
+            versions = {**versions, in_stack: version}
+    matched_candidate = ",".join(matched) or None
     record = verification.get(entry.id)
     moved = _moved(record, versions) if record else {}
     reasons: list[str] = []
@@ -202,18 +220,9 @@ def plan_entry(
         reasons.append(f"{name} {old or '(unpinned)'} → {new or '(unpinned)'}")
         triggers += 1
 
-    matched_candidate = None
-    if candidate is not None:
-        name, version = parse_candidate(candidate)
-        in_stack = next((n for n in stack if normalize_name(n) == normalize_name(name)), None)
-        if in_stack is not None:
-            matched_candidate = f"{name}=={version}"
-            reasons.append(f"candidate {matched_candidate}")
-            triggers += 1
-            # The re-run runs at the candidate: that is the stack a verdict speaks about, and the move
-            # that would explain a removal.
-            moved = {**moved, in_stack: (versions[in_stack], version)}
-            versions = {**versions, in_stack: version}
+    if matched_candidate is not None:
+        reasons.append(f"candidate {matched_candidate}")
+        triggers += 1
     if force:
         reasons.append("forced (--all / --entry)")
 

@@ -180,6 +180,40 @@ def check_repository(report: Mapping[str, Any], repository: str | None) -> None:
         )
 
 
+def scope_to_ledger(report: Mapping[str, Any], texts: Mapping[str, bytes | None], entries: Iterable[Any],
+                    where: str) -> tuple[Mapping[str, Any], str | None]:  # fmt: skip
+    """The report as far as it speaks for the ledger ``where`` holds, and a warning when that is not all of it.
+
+    ``texts``: that ledger's files (file name → bytes, None when absent); ``entries``: its entries. The same
+    digest: the report as it is. Another ledger (the base moved since the audit, or the report was made over
+    another registry): it covers only the rows whose entry the base still lists the same way (id, list,
+    models, backend, scope); the rest of the base's entries are not covered, so the dashboard keeps their rows.
+    A report sharing no entry with a non-empty ledger is refused (:class:`ReportError`): a report of another
+    ledger that named this repository used to replace the dashboard's 31 rows with its 0.
+    """
+    digest = registry_digest(texts)
+    if report["registry_digest"] == digest:
+        return report, None
+    base = {e.id: (e.list_name, tuple(e.models), e.backend, e.scope) for e in entries}
+    rows = [row for row in report["entries"]
+            if base.get(row["id"]) == (row["list"], tuple(row["models"]), row["backend"], row["scope"])]  # fmt: skip
+    commit = report.get("base_commit")
+    audited = f"registry digest {report['registry_digest'][:12]}" + (f" at {commit[:12]}" if commit else "")
+    if not rows and (base or report["entries"]):
+        raise ReportError(
+            f"the report was audited over another ledger ({audited}) than {where} holds ({digest[:12]}) and shares "
+            f"none of its entries: audit again on {where}"
+        )
+    kept = {row["id"] for row in rows}
+    scoped = dict(report) | {"entries": rows, "selection": {**report["selection"], "entries": sorted(kept)}}
+    left = len(report["entries"]) - len(rows)
+    return scoped, (
+        f"the report was audited over another ledger ({audited}) than {where} holds ({digest[:12]}): it speaks for "
+        f"the {len(rows)} entries both list the same way" + (f", not for {left} more" if left else "")
+        + f"; the other {len(base) - len(rows)} of {where}'s entries keep their rows"
+    )
+
+
 # ── The check ──
 Check = Callable[[Any, str], None]
 

@@ -4,8 +4,10 @@ Verdicts:
 
 * ``removable``: every run passed and matched eager, each run shows that it ran without the workaround
   (the ledger gate skipped, the optimizer on; for a registered workaround, it disabled) at the stack the
-  plan names, and something explains it: a stack pin moved since a verification that saw the entry fail,
-  or (a registered workaround, which records no failure) upstream closed as completed / merged. With the
+  plan names, and something explains it: a stack version moved since a verification that saw the entry fail
+  as recorded (``still-needed`` or ``superseded``; a ``changed`` one never saw the recorded failure, and the
+  move is judged against the versions verified, also under ``--candidate``), or (a registered workaround,
+  which records no failure) upstream closed as completed / merged. With the
   tracker unreachable (or the issue gone, 404) only a pin move counts: the re-run is the evidence and
   the unknown upstream is never read as "closed".
 * ``superseded``: a ledger entry's reproducer passes where nothing moved (as ``not-reproduced``), and
@@ -63,7 +65,10 @@ REMOVAL_VERDICTS = (REMOVABLE, SUPERSEDED)  # proposed for removal by the shrink
 # Verdicts backed by a re-run, worth remembering (a not-reproduced entry is not re-run every audit).
 RERUN_VERDICTS = (REMOVABLE, SUPERSEDED, STILL_NEEDED, CHANGED, NOT_REPRODUCED)
 NEEDS_HUMAN = (CHANGED, HUMAN, NOT_REPRODUCED)  # listed under "needs a human"; audit exit code 4
-FAILED_BEFORE = (STILL_NEEDED, CHANGED)  # last verdicts that saw the entry's reproducer fail
+# Last verdicts that saw the entry's reproducer fail AS RECORDED (its ``failure`` matched): still-needed, and
+# superseded (whose probes brought the recorded failure back). ``changed`` saw it fail differently: the
+# recorded failure itself was never seen there, so a pass after it proves nothing about that failure.
+FAILED_BEFORE = (STILL_NEEDED, SUPERSEDED)
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,7 @@ def evidence_of(outcome: dict[str, Any]) -> dict[str, Any]:
         "versions": dict(outcome.get("versions") or {}),
         "workaround_off": _workaround_off(outcome),
         "workarounds_fired": sorted(outcome.get("workarounds_fired") or {}),
+        "command": outcome.get("command"),  # the `exportbot export` line the re-run ran (bot.run.reruns)
     }
 
 
@@ -361,6 +367,9 @@ def _last_seen(last_verdict: str | None) -> str:
         return f"last verified {last_verdict}, and no pin of its stack moved since"
     if last_verdict == NOT_REPRODUCED:
         return "its reproducer did not fail at the last verification either"
+    if last_verdict == CHANGED:
+        return ("at the last verification it failed differently (changed): the recorded failure was never seen at "
+                "the versions it was verified at, so nothing shows the move fixed it")
     return "its reproducer was never seen failing"
 
 

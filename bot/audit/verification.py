@@ -11,6 +11,7 @@ so that pruning the records of removed ledger entries never touches those of wor
     verdict = "still-needed"            # the verdict of that re-run
     upstream_state = "closed:completed" # see bot.audit.plan.describe_state
     exporter_version = "3f1c9a0b2d4e"   # see exporter_version()
+    candidate = "torch==2.12.0"         # only when recorded by `audit --candidate`: not the pinned stack
     [bert-dynamo-static-skip.versions]  # the backend's stack (bot.audit.pins.BACKEND_STACK) at that re-run
     torch = "2.13.0"
     transformers = "5.23.0"
@@ -60,6 +61,9 @@ class Verification:
     exporter_version: str = ""
     verdict: str = ""
     upstream_state: str = ""
+    # ``audit --candidate PKG==VER --update-verification``: recorded at a stack where PKG was not the pin
+    # ("onnx==1.21.0"), e.g. a real bug verified at the release it belongs to; empty at the pinned stack.
+    candidate: str = ""
 
 
 def verification_path(registry_dir: Path, filename: str = VERIFIED_FILE) -> Path:
@@ -104,6 +108,7 @@ def load_verification(registry_dir: Path, filename: str = VERIFIED_FILE) -> dict
             exporter_version=str(table.get("exporter_version", "")),
             verdict=str(table.get("verdict", "")),
             upstream_state=str(table.get("upstream_state", "")),
+            candidate=str(table.get("candidate", "")),
         )
     return records
 
@@ -122,8 +127,21 @@ def save_verification(
     that were removed from the ledger, so the file never outlives its entries.
     """
     path = verification_path(registry_dir, filename)
-    old_text = path.read_text(encoding="utf-8") if path.is_file() else _HEADERS[filename]
-    document = tomlkit.parse(old_text)
+    old_text = path.read_text(encoding="utf-8") if path.is_file() else None
+    new_text = merged_text(old_text, records, keep_ids=keep_ids, filename=filename)
+    if new_text == old_text:
+        return False
+    path.write_text(new_text, encoding="utf-8")
+    return True
+
+
+def merged_text(
+    old_text: str | None, records: Iterable[Verification], *, keep_ids: Iterable[str] | None = None,
+    filename: str = VERIFIED_FILE,
+) -> str:  # fmt: skip
+    """The verification file's text with ``records`` merged in (minimal edits; None: a new file). What
+    :func:`save_verification` writes, and what a bump PR commits (the records at the new versions)."""
+    document = tomlkit.parse(old_text if old_text is not None else _HEADERS[filename])
     if keep_ids is not None:
         kept = set(keep_ids)
         for stale in [key for key in document if key not in kept]:
@@ -137,12 +155,12 @@ def save_verification(
         _set(table, "verdict", record.verdict)
         _set(table, "upstream_state", record.upstream_state)
         _set(table, "exporter_version", record.exporter_version)
+        if record.candidate:
+            _set(table, "candidate", record.candidate)
+        elif "candidate" in table:  # verified at the pins again: no longer a non-pinned record
+            del table["candidate"]
         _set_versions(table, record.versions)
-    new_text = document.as_string()
-    if new_text == old_text and path.is_file():
-        return False
-    path.write_text(new_text, encoding="utf-8")
-    return True
+    return document.as_string()
 
 
 def _set(table: Table, key: str, value: object) -> None:

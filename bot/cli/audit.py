@@ -43,8 +43,9 @@ from __future__ import annotations
 import datetime
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -54,7 +55,12 @@ from bot.audit.plan import Subject, parse_candidate
 from bot.audit.regression_sample import DEFAULT_SAMPLE
 from bot.audit.report import audit_selection, report_identity
 from bot.audit.upstream import UpstreamTracker
-from bot.audit.verification import WORKAROUNDS_VERIFIED_FILE, load_verification, save_verification
+from bot.audit.verification import (
+    WORKAROUNDS_VERIFIED_FILE,
+    Verification,
+    load_verification,
+    save_verification,
+)
 from bot.audit.workaround_index import (
     DEFAULT_JSON,
     DEFAULT_PROBE_LIMIT,
@@ -82,12 +88,19 @@ from bot.cli.progress import CountedProgress
 from bot.config import DEFAULT_RUNS, DEFAULT_TIMEOUT
 from bot.errors import EXIT_FAILED, UsageProblem, report_errors
 from bot.github.tracker import SnapshotError, Tracker, write_snapshot
-from bot.run.audit_run import run_audit, verification_records
+from bot.run.audit_run import (
+    AuditReport,
+    Runners,
+    budgets_of,
+    run_audit,
+    subprocess_runners,
+    verification_records,
+)
 from bot.run.candidate import prepare_environment, run_candidate_check
 from bot.run.environment import EnvironmentCheck
-from bot.run.reruns import DEFAULT_SUPERSESSION_PROBES, RunExport, subprocess_runner
-from bot.run.venvs import DEFAULT_CACHE
-from exporters.ledger import default_registry_dir, load_ledger
+from bot.run.reruns import DEFAULT_SUPERSESSION_PROBES, RunExport
+from bot.run.venvs import DEFAULT_CACHE, REPO_ROOT
+from exporters.ledger import Ledger, default_registry_dir, load_ledger
 from exporters.utils import Workaround
 
 
@@ -139,10 +152,12 @@ def _make_tracker(
 @probes_option(DEFAULT_PROBE_LIMIT, "Exports re-run per workaround (passing exports it fired in, spread over backends and modes).")
 @click.option(
     "--candidate",
-    default=None,
+    "candidates",
+    multiple=True,
     metavar="PKG==VER",
     help="Try an unpinned release: re-run the entries and workarounds whose stack has PKG in an isolated "
-    "environment with PKG==VER, and re-run a sample of exports that pass at the pins to catch regressions.",
+    "environment with PKG==VER, and re-run a sample of exports that pass at the pins to catch regressions. "
+    "Repeatable: coupled packages move together (--candidate torch==2.14.0 --candidate executorch==1.6.0).",
 )
 @venv_cache_option
 @click.option(
@@ -158,8 +173,9 @@ def _make_tracker(
     type=click.IntRange(0),
     default=DEFAULT_SAMPLE,
     show_default=True,
-    help="Fastest passing exports to fill the --candidate regression sample up to (0: none); the ledger's "
-    "reproducers, exports firing a workaround with dependency = PKG and --regression-classes always run.",
+    help="Size of the --candidate regression sample (0: none): the ledger's reproducers, exports firing a "
+    "workaround with dependency = PKG and --regression-classes first, then the fastest passing exports; what "
+    "the budget leaves out is listed in the report.",
 )
 @click.option(
     "--regression-classes",
@@ -203,7 +219,8 @@ def _make_tracker(
 @click.option(
     "--update-verification",
     is_flag=True,
-    help="Record re-run verdicts and versions in <registry>/verified.toml.",
+    help="Record re-run verdicts and versions in <registry>/verified.toml; with --candidate, at the candidate's "
+    "stack, marked as recorded at a non-pinned stack (how a bug is recorded at the release it belongs to).",
 )
 @click.option(
     "--write-snapshot",
@@ -222,7 +239,7 @@ def _make_tracker(
 def audit_command(
     registry_dir: Path | None, pin_file: Path | None, tracker_file: Path | None, github_url: str | None,
     web_host: str | None, token_env: str | None, force_all: bool, entry_ids: tuple[str, ...],
-    with_workarounds: bool, index_file: Path, probes: int, candidate: str | None, cache_dir: Path | None,
+    with_workarounds: bool, index_file: Path, probes: int, candidates: tuple[str, ...], cache_dir: Path | None,
     regression_files: tuple[Path, ...], regression_sample: int, classes_file: Path | None,
     supersession_probes: int, runs: int, timeout: float,
     json_file: Path | None, markdown_file: Path | None, update_verification: bool, snapshot_file: Path | None,
@@ -235,14 +252,14 @@ def audit_command(
     not-reproduced or needs a human, 1 errors, 2 bad options or an interpreter without the pinned versions.
     """
     registry_dir = registry_dir or default_registry_dir()
+    candidate = ",".join(candidates) or None
     if candidate is not None:
         try:
             parse_candidate(candidate)
         except ValueError as error:
             raise UsageProblem(str(error)) from None
-        if update_verification or open_prs:
-            flag = "--update-verification" if update_verification else "--open-prs"
-            raise UsageProblem(f"{flag} cannot go with --candidate: the candidate is not pinned yet")
+        if open_prs:
+            raise UsageProblem("--open-prs cannot go with --candidate: the candidate is not pinned yet")
     ledger = load_ledger(registry_dir)
     workarounds = _workaround_subjects(index_file, probes, entry_ids) if with_workarounds else []
     known = {e.id for e in ledger.entries} | {w.name for w, _ in workarounds}
@@ -258,11 +275,8 @@ def audit_command(
         tracker = _make_tracker(tracker_file, github_url, token_env, web_host, previous)
     except SnapshotError as error:
         raise UsageProblem(str(error)) from None
-    run_export, probe_runner = subprocess_runner(timeout), lambda name: subprocess_runner(timeout, without=(name,))
-    entry_runner = lambda entry_id: subprocess_runner(timeout, repro=entry_id, registry=registry_dir)  # noqa: E731
-    supersession_runner = lambda entry_id, names: subprocess_runner(  # noqa: E731
-        timeout, repro=entry_id, without=names, registry=registry_dir
-    )
+    budgets = budgets_of(ledger)  # a slowness entry's re-runs stop at its own budget_s, whatever --timeout
+    runners = subprocess_runners(timeout, registry_dir, budgets)
     # The re-runs use this interpreter; with --candidate, the environment bot.run.venvs built from the pins.
     check_environment: EnvironmentCheck | None = EnvironmentCheck(sys.executable, pins)
     environment = None
@@ -274,38 +288,14 @@ def audit_command(
         if environment.python is None:
             click.echo(f"error: candidate {candidate} {environment.problem}", err=True)
             raise SystemExit(EXIT_FAILED)
-        env = environment
-        run_export, probe_runner = env.runner(timeout), lambda name: env.runner(timeout, without=(name,))
-        entry_runner = lambda entry_id: env.runner(timeout, repro=entry_id, registry=registry_dir)  # noqa: E731
-        supersession_runner = lambda entry_id, names: env.runner(  # noqa: E731
-            timeout, repro=entry_id, without=names, registry=registry_dir
-        )
+        runners = subprocess_runners(timeout, registry_dir, budgets, python=environment.python, pythonpath=REPO_ROOT)
         check_environment = None
-    with CountedProgress(Console(stderr=True), "re-run") as progress:
-        current = {"subject": ""}
-
-        def on_rerun(subject_id: str, count: int) -> None:
-            current["subject"] = subject_id
-            progress.add(count)
-
-        def announced(run: RunExport) -> RunExport:
-            def run_one(model: str, backend: str, dynamic: bool) -> dict:
-                progress.step(f"{current['subject']}: {model} {backend}/{'dynamic' if dynamic else 'static'}")
-                return run(model, backend, dynamic)
-
-            return run_one
-
-        plain_probe_runner, plain_entry_runner, plain_supersession = probe_runner, entry_runner, supersession_runner
-        report = run_audit(
-            ledger, tracker, pins, verification, announced(run_export),
-            entry_ids=entry_ids, force_all=force_all, candidate=candidate, runs=runs, workarounds=workarounds,
-            workaround_verification=load_verification(registry_dir, WORKAROUNDS_VERIFIED_FILE),
-            probe_runner=lambda name: announced(plain_probe_runner(name)),
-            entry_runner=lambda entry_id: announced(plain_entry_runner(entry_id)),
-            check_environment=check_environment, on_rerun=on_rerun,
-            supersession_runner=lambda entry_id, names: announced(plain_supersession(entry_id, names)),
-            supersession_probes=supersession_probes,
-        )  # fmt: skip
+    report = audit_with_progress(
+        ledger, tracker, pins, verification, runners,
+        entry_ids=entry_ids, force_all=force_all, candidate=candidate, runs=runs, workarounds=workarounds,
+        workaround_verification=load_verification(registry_dir, WORKAROUNDS_VERIFIED_FILE),
+        check_environment=check_environment, supersession_probes=supersession_probes,
+    )  # fmt: skip
     selection = audit_selection(entry_ids, known - {w.name for w, _ in workarounds},
                                 [w.name for w, _ in workarounds] if with_workarounds else None)  # fmt: skip
     report.identity = report_identity(registry_dir, selection)
@@ -357,6 +347,31 @@ def audit_command(
                   text_to_stderr=to_stdout) != 0:
             code = EXIT_FAILED
     click.get_current_context().exit(code)
+
+
+def audit_with_progress(
+    ledger: Ledger, tracker: UpstreamTracker, pins: Mapping[str, str], verification: Mapping[str, Verification],
+    runners: Runners, **options: Any,
+) -> AuditReport:  # fmt: skip
+    """``run_audit`` with a progress bar on stderr naming each re-run as it starts (``options``: run_audit's)."""
+    with CountedProgress(Console(stderr=True), "re-run") as progress:
+        current = {"subject": ""}
+
+        def on_rerun(subject_id: str, count: int) -> None:
+            current["subject"] = subject_id
+            progress.add(count)
+
+        def announced(run: RunExport) -> RunExport:
+            def run_one(model: str, backend: str, dynamic: bool) -> dict:
+                progress.step(f"{current['subject']}: {model} {backend}/{'dynamic' if dynamic else 'static'}")
+                return run(model, backend, dynamic)
+
+            return run_one
+
+        shown = runners.wrapped(announced)
+        return run_audit(ledger, tracker, pins, verification, shown.run_export, probe_runner=shown.probe,
+                         entry_runner=shown.entry, supersession_runner=shown.supersession, on_rerun=on_rerun,
+                         **options)  # fmt: skip
 
 
 def _registered_names() -> set[str]:

@@ -43,6 +43,10 @@ EXAMPLES: dict[str, list[str]] = {
         "exportbot pr --report audit.json",
         "exportbot pr --report audit.json --apply --repo me/exportbot",
     ],
+    "pin-check": [
+        "exportbot pin-check run --base-pins base-constraints.txt --out pin-check.json",
+        "exportbot pin-check publish --result pin-check.json --pr 42 --head-sha 0123456789abcdef0123456789abcdef01234567 --dry-run",
+    ],
     "workarounds": [
         "exportbot workarounds index --out docs/workaround-index.md",
         "exportbot workarounds remove _fix_rsub_scalar --dry-run",

@@ -8,9 +8,10 @@ error at export time, and a workaround without an upstream URL can never be reti
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +20,7 @@ import click
 
 import exporters
 from bot.errors import EXIT_FAILED, EXIT_OK, UsageProblem, report_errors
+from bot.sweep.records import is_timeout_failure
 from exporters.ledger import LedgerEntry, check_ledger, default_registry_dir
 from exporters.utils import Workaround, all_workarounds, unresolved_targets
 
@@ -80,32 +82,67 @@ def _reproducer_messages(entries: Iterable[LedgerEntry]) -> list[LintMessage]:
     """Every entry's reproducer (its ``[entry.repro]``, else the default tiny model) built and run once in
     eager, per model class: one that cannot run in eager can never show a fix, so re-running it proves
     nothing."""
+    messages = []
+    with one_thread():
+        for entry in entries:
+            messages += _reproducer_problems(entry)
+    return messages
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch on one intra-op thread for the block. A tiny model's ops are far too small to split: with torch's
+    default (a thread per core) its workers spin and wait on each other, and on a shared 2-core machine the
+    reproducers' eager runs took 56-84 s instead of 9-12 s (benchmarks/bench_lint.py)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _reproducer_problems(entry: LedgerEntry) -> list[LintMessage]:
+    """The messages of one entry's reproducers (one per model class that does not build or run)."""
     import transformers
 
     from exporters.ledger.repro import build_reproducer, run_eager
 
     messages = []
-    for entry in entries:
-        for model in entry.models:
-            if not hasattr(transformers, model):
-                continue  # reported by _missing_classes
-            step = "build"
-            try:
-                reproducer = build_reproducer(entry, model)
-                step = "run in eager"
-                run_eager(reproducer)
-            except Exception as error:
-                where = "[entry.repro]" if entry.repro else "default tiny model (no [entry.repro])"
-                messages.append(
-                    LintMessage(
-                        entry.path,
-                        entry.key_lines.get("repro", entry.line),
-                        "error",
-                        f"entry {entry.id!r}: the reproducer of {model!r} ({where}) does not {step}: "
-                        f"{_describe(error)}; a reproducer that fails in eager can never show a fix",
-                    )
+    for model in entry.models:
+        if not hasattr(transformers, model):
+            continue  # reported by _missing_classes
+        step = "build"
+        try:
+            reproducer = build_reproducer(entry, model)
+            step = "run in eager"
+            run_eager(reproducer)
+        except Exception as error:
+            where = "[entry.repro]" if entry.repro else "default tiny model (no [entry.repro])"
+            messages.append(
+                LintMessage(
+                    entry.path,
+                    entry.key_lines.get("repro", entry.line),
+                    "error",
+                    f"entry {entry.id!r}: the reproducer of {model!r} ({where}) does not {step}: "
+                    f"{_describe(error)}; a reproducer that fails in eager can never show a fix",
                 )
+            )
     return messages
+
+
+def _slowness_without_budget(entries: Iterable[LedgerEntry]) -> list[LintMessage]:
+    """Entries whose ``failure`` is a timeout with no ``[entry.repro] budget_s``: without a budget of their own
+    they are judged by the audit's ``--timeout``, and a long one lets the slow export pass as a fix."""
+    return [
+        LintMessage(entry.path, entry.key_lines.get("failure", entry.line), "error",
+                    f"entry {entry.id!r}: its failure /{entry.failure}/ is a timeout, so it needs [entry.repro] "
+                    "budget_s (the seconds past which its export counts as too slow, whatever --timeout says)")
+        for entry in entries
+        if is_timeout_failure(entry.failure) and (entry.repro is None or entry.repro.budget_s is None)
+    ]  # fmt: skip
 
 
 def _import_exporter_modules() -> list[LintMessage]:
@@ -218,6 +255,7 @@ def lint(
     """
     entries, problems = check_ledger(Path(registry_dir))
     messages = [LintMessage(p.path, p.line, "error", p.message) for p in problems]
+    messages += _slowness_without_budget(entries)
     if check_classes:
         messages += _missing_classes(entries)
         messages += _reproducer_messages(entries)

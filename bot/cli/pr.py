@@ -86,7 +86,7 @@ def print_outcome(outcome: ShrinkOutcome, console: Console, err: bool = False) -
     click.echo("\n".join(steps) or "nothing to change: the repository already matches this report", err=err)
     for warning in outcome.warnings:
         click.echo(f"warning: {warning}", err=True)
-    if outcome.dashboard_step:
+    if outcome.dashboard_step and outcome.dashboard_step not in steps:  # a dashboard write is one of the steps
         click.echo(outcome.dashboard_step, err=err)
     if outcome.pr_url:
         click.echo(f"pull request: {outcome.pr_url}", err=err)

@@ -29,6 +29,9 @@ DASHBOARD_SIGNATURE = "Updated in place by exportbot"
 FIXED_STATES = ("closed:completed", "merged")  # bot.audit.plan.describe_state words for "closed as fixed"
 ATTENTION_VERDICTS = NEEDS_HUMAN  # verdicts listed under "Needs a human": changed, human, not-reproduced
 _ROWS_BLOCK = re.compile(r"<!-- exportbot:dashboard-rows (\[.*?\]) -->")
+# The bump PRs' section (bot.github.bump writes one row per group; the shrink run keeps the section as it is).
+BUMPS_START, BUMPS_END = "<!-- exportbot:bumps -->", "<!-- exportbot:bumps-end -->"
+_BUMP_ROW = "<!-- exportbot:bump-row {group} -->"
 
 
 def _normalized(versions: Mapping[str, str | None]) -> dict[str, str | None]:
@@ -232,5 +235,31 @@ def dashboard_body(
         lines.append(f"| `{row.id}` | {' | '.join(row.cells)} | {link} |")
     block = json.dumps([r.as_json() for r in rows], sort_keys=True, ensure_ascii=True, separators=(",", ":"))
     safe = block.replace("<", "\\u003c").replace(">", "\\u003e")
-    lines += ["", f"<!-- exportbot:dashboard-rows {safe} -->"]
+    lines += [*bump_section(previous_body), "", f"<!-- exportbot:dashboard-rows {safe} -->"]
     return "\n".join(lines) + "\n"
+
+
+def bump_section(body: str | None) -> list[str]:
+    """The dependency-bump section of a dashboard body (blank line first), or [] when it has none."""
+    text = body or ""
+    start, end = text.find(BUMPS_START), text.find(BUMPS_END)
+    if start == -1 or end < start:
+        return []
+    return ["", *text[start : end + len(BUMPS_END)].splitlines()]
+
+
+def with_bump_row(body: str, group: str, line: str | None) -> str:
+    """``body`` with the dependency-bump row of ``group`` set to ``line`` (None: removed), the other groups'
+    rows and every other byte kept; the section is added before the hidden rows block when missing."""
+    marker = _BUMP_ROW.format(group=group)
+    section = bump_section(body)
+    rows = [row for row in section[3:-1] if row.strip() and marker not in row]
+    if line is not None:
+        rows = sorted([*rows, f"- {marker} {line}"])
+    new = ["", BUMPS_START, "## Dependency bumps", "", *rows, BUMPS_END] if rows else []
+    if section:
+        old = "\n".join(section)
+        return body.replace(old, "\n".join(new), 1)
+    at = body.find("<!-- exportbot:dashboard-rows ")
+    head, tail = (body[:at].rstrip("\n"), "\n\n" + body[at:]) if at != -1 else (body.rstrip("\n"), "\n")
+    return head + "\n" + "\n".join(new) + tail

@@ -46,6 +46,7 @@ BASE_TRAILER = "Exportbot-Base"
 WORKAROUND_LIST = "workaround"  # Proposal.list_name of a registered workaround (not a ledger entry)
 MAX_PROPOSALS = 20  # one entry's section is 2-3 kB; GitHub refuses bodies over 65,536 characters
 _BLOCK = re.compile(r"<!-- exportbot:entry (\{.*?\}) -->")
+HELD_BLOCK = re.compile(r"<!-- exportbot:(?:entry|bump) \{")  # what a PR proposed, in its body (a bump PR's moves too)
 _HUMAN_MARKER = "<!-- exportbot:human-commit {sha} -->"
 _BASE_LINE = re.compile(rf"^{BASE_TRAILER}: ([0-9a-f]{{40}})$", re.MULTILINE)
 
@@ -189,7 +190,7 @@ def proposal_from_report(row: Mapping[str, Any], report: Mapping[str, Any]) -> P
         pins={name: pins.get(normalize_name(name)) for name in stack_of(row["backend"])},
         reasons=tuple(row.get("reasons", ())),
         evidence=tuple(
-            {k: e.get(k) for k in ("model", "mode", "run", "status", "max_abs_diff")}
+            {k: e.get(k) for k in ("model", "mode", "run", "status", "max_abs_diff", "command")}
             for e in row.get("evidence", ())
         ),
         audited_at=str(report.get("generated_at", "")),
@@ -381,10 +382,11 @@ def git_blob_sha(text: str) -> str:
 
 
 # ── Commits ──
-def commit_message(proposals: Sequence[Proposal], base_sha: str) -> str:
-    """The bot's commit message; its trailers mark the commit as the bot's and name the base it used."""
-    ids = ", ".join(p.id for p in proposals)
-    return f"{pr_title(proposals)}\n\nRemoves: {ids}\n\n{BOT_TRAILER}\n{BASE_TRAILER}: {base_sha}\n"
+def commit_message(title: str, summary: Sequence[str], base_sha: str) -> str:
+    """The bot's commit message (the shrink PR's and a bump PR's); its trailers mark the commit as the bot's and
+    name the base it used."""
+    lines = "".join(f"{line}\n" for line in summary)
+    return f"{title}\n\n{lines}\n{BOT_TRAILER}\n{BASE_TRAILER}: {base_sha}\n"
 
 
 def read_trailers(message: str) -> tuple[bool, str | None]:
@@ -471,12 +473,23 @@ def _takeover_lines(proposal: Proposal) -> list[str]:
     ]
 
 
-def _section(proposal: Proposal, runs_required: int, by_hand: Mapping[str, str]) -> list[str]:
-    leave_out = f"--without {proposal.id}" if proposal.is_workaround else "--ignore-ledger"
-    commands = [
-        f"exportbot export {model} --backend {proposal.backend} --{mode} {leave_out}"
+def rerun_commands(proposal: Proposal) -> list[str]:
+    """The ``exportbot export`` lines the audit's re-runs ran (recorded in the evidence), one per export: what
+    a reviewer runs to see the pass. Evidence recorded before re-runs named their command gets the line the
+    re-run builds: ``--repro ID`` for a ledger entry (its reproducer, not the class's default tiny model),
+    ``--without NAME`` for a workaround."""
+    recorded = {(e.get("model"), e.get("mode")): e["command"] for e in proposal.evidence if e.get("command")}
+    leave_out = f"--without {proposal.id}" if proposal.is_workaround else f"--repro {proposal.id}"
+    return list(dict.fromkeys(
+        recorded.get((model, mode)) or f"exportbot export {model} --backend {proposal.backend} --{mode} {leave_out}"
         for model, mode in proposal.pairs()
-    ]
+    ))  # fmt: skip
+
+
+def proposal_section(proposal: Proposal, runs_required: int, by_hand: Mapping[str, str]) -> list[str]:
+    """One proposed removal's section of a PR body (the shrink PR's and a bump PR's): what goes, upstream, the
+    versions re-run at, the verdict, the evidence per run, the command reproducing it, its hidden block."""
+    commands = rerun_commands(proposal)
     commands += [
         f"exportbot export {t.get('model')} --backend {proposal.backend} --{t.get('mode')} --repro {proposal.id} "
         + " ".join(f"--without {name}" for name in t.get("without") or ())
@@ -547,7 +560,7 @@ def pr_body(
     ]
     lines.append("")
     for proposal in proposals:
-        lines += _section(proposal, runs_required, by_hand)
+        lines += proposal_section(proposal, runs_required, by_hand)
     lines += [
         "---",
         f"Maintained by exportbot on `{branch}`: it rewrites this description and adds commits while it is "

@@ -38,7 +38,7 @@ from typing import Any
 
 from github import Github
 
-from bot.audit.report import check_report, check_repository, head_commit
+from bot.audit.report import check_report, check_repository, head_commit, scope_to_ledger
 from bot.audit.verification import VERIFIED_FILE, load_verification
 from bot.config import BotConfig
 from bot.github.dashboard import dashboard_body
@@ -57,10 +57,16 @@ NO_COMMIT = "0" * 40  # --local outside a git checkout: the base has no commit t
 
 
 # ── The run ──
-def _plan(
-    report: Mapping[str, Any], state: RepoState, config: BotConfig, recreate: bool
-) -> tuple[ShrinkPlan, Ledger, dict]:
-    """Plan against the base files of ``state`` (written to a scratch registry for the ledger code)."""
+Planner = Callable[[Mapping[str, Any], RepoState, Ledger, Path], ShrinkPlan]
+
+
+def plan_on_base(
+    report: Mapping[str, Any], state: RepoState, config: BotConfig, planner: Planner
+) -> tuple[ShrinkPlan, Ledger, dict, Mapping[str, Any], str | None]:
+    """``planner(report, state, base ledger, base registry dir)`` against the base files of ``state`` (written to
+    a scratch registry for the ledger code; the shrink PR's planner and a bump PR's), with the report scoped to
+    the entries the base's ledger lists as the audit saw them (bot.audit.report.scope_to_ledger: a report of
+    another ledger is refused before any write). Also returns the scoped report and the warning."""
     with tempfile.TemporaryDirectory(prefix="exportbot-base-") as scratch:
         base_dir = Path(scratch)
         for name in [*LIST_FILES.values(), VERIFIED_FILE]:
@@ -74,8 +80,15 @@ def _plan(
                 f"read the ledger of {config.base_branch}", str(error).splitlines()[0], [], rerun=False,
                 advice=f"a rerun will not complete it: fix the ledger on {config.base_branch} first",
             ) from None  # fmt: skip
+        texts = {name: text.encode("utf-8") if (text := state.base_files.get(_repo_path(config, name))) is not None
+                 else None for name in LIST_FILES.values()}  # fmt: skip
+        report, warning = scope_to_ledger(report, texts, ledger.entries, config.base_branch)
         verification = load_verification(base_dir)
-        return plan_shrink(report, state, ledger, base_dir, config, recreate=recreate), ledger, verification
+        return planner(report, state, ledger, base_dir), ledger, verification, report, warning
+
+
+def _shrink_planner(config: BotConfig, recreate: bool) -> Planner:
+    return lambda report, state, ledger, base_dir: plan_shrink(report, state, ledger, base_dir, config, recreate=recreate)
 
 
 def _dashboard(outcome: ShrinkOutcome, report: Mapping[str, Any], ledger: Ledger, verification: dict,
@@ -100,8 +113,8 @@ def open_or_update_pr(
     check_repository(report, config.repository)
     session = GitHubSession(github, config, sleep, max_wait)
     state = session.read_state(wanted_paths(config, report), proposed_sources)
-    plan, ledger, verification = _plan(report, state, config, recreate)
-    outcome = ShrinkOutcome(plan, apply, done=session.done)
+    plan, ledger, verification, report, warning = plan_on_base(report, state, config, _shrink_planner(config, recreate))
+    outcome = ShrinkOutcome(plan, apply, done=session.done, warnings=[warning] if warning else [])
     if apply:
         session.apply(plan, outcome)
     elif state.open_pull is not None and not plan.close_pull:
@@ -123,8 +136,9 @@ def plan_locally(report: Mapping[str, Any], config: BotConfig, root: Path) -> Sh
     report = check_report(report)
     check_repository(report, config.repository)
     state = local_state(root, wanted_paths(config, report))
-    plan, ledger, verification = _plan(report, state, config, recreate=False)
-    outcome = ShrinkOutcome(plan, applied=False, against=f"{root} at {state.base_sha[:12]}")
+    plan, ledger, verification, report, warning = plan_on_base(report, state, config, _shrink_planner(config, False))
+    outcome = ShrinkOutcome(plan, applied=False, against=f"{root} at {state.base_sha[:12]}",
+                            warnings=[warning] if warning else [])
     if config.dashboard:
         outcome.dashboard = _dashboard(outcome, report, ledger, verification, None)
     return outcome

@@ -77,6 +77,8 @@ class RepoState:
     closed: tuple[tuple[int, Proposal], ...]  # (PR number, entry) of PRs closed unmerged
     comments: tuple[str, ...] = ()  # the open PR's comments, read only when a foreign commit is the tip
     dashboard_body: str | None = None  # the dashboard issue's body as it stands (None: no dashboard yet)
+    closed_heads: frozenset[str] = frozenset()  # head commits of the PRs a human closed unmerged (rejected)
+    rejected: tuple[tuple[int, str], ...] = ()  # (number, body) of every PR of the branch closed unmerged
 
 
 # ── What a run does (pure) ──
@@ -106,10 +108,11 @@ class ShrinkPlan:
     blocked: str | None = None
     pull_number: int | None = None
     by_hand: dict[str, str] = field(default_factory=dict)  # removable workaround → why not deleted here
+    summary: tuple[str, ...] = ()  # the commit message's lines after the title ("Removes: ...", "Moves: ...")
 
     @property
     def message(self) -> str:
-        return commit_message(self.selection.proposals, self.base_sha) if self.parents else ""
+        return commit_message(self.title, self.summary, self.base_sha) if self.parents else ""
 
     def steps(self) -> list[str]:
         """The writes, in the order they happen, as one line each."""
@@ -153,6 +156,25 @@ def _verification_changes(
     return changes
 
 
+def removal_changes(
+    selection: Selection, state: RepoState, base_dir: Path, config: BotConfig
+) -> tuple[Selection, dict[str, tuple[str, str]], dict[str, str]]:
+    """What removing the selected entries and workarounds changes (repository path → (base text, new text)):
+    the ledger files, the workarounds' source files and the verification files without their records; and
+    workaround id → why it is left to delete by hand. A selection of only such workarounds proposes nothing."""
+    sources, by_hand = workaround_changes(state.base_files, selection.proposals)
+    if all(p.id in by_hand for p in selection.proposals):  # nothing to commit: the dashboard lists them
+        notes = selection.notes | {i: "removable; delete by hand (not self-contained)" for i in by_hand}
+        selection = dataclasses.replace(selection, proposals=(), notes=notes)
+    ledger_ids = [p.id for p in selection.proposals if not p.is_workaround]
+    changes = {
+        _repo_path(config, path.name): (state.base_files.get(_repo_path(config, path.name), ""), text)
+        for path, text in shrink_changes(base_dir, ledger_ids).items()
+    } | {path: (state.base_files[path], text) for path, text in sources.items()}
+    changes |= _verification_changes(state.base_files, config, selection.proposals, by_hand)
+    return selection, changes, by_hand
+
+
 def plan_shrink(
     report: Mapping[str, Any], state: RepoState, ledger: Ledger, base_dir: Path, config: BotConfig,
     *, recreate: bool = False,
@@ -163,64 +185,75 @@ def plan_shrink(
     selection = select_proposals(
         report, ledger, previous, state.closed, config.runs, base_sources=state.base_files
     )
-    sources, by_hand = workaround_changes(state.base_files, selection.proposals)
-    if all(p.id in by_hand for p in selection.proposals):  # nothing to commit: the dashboard lists them
-        notes = selection.notes | {i: "removable; delete by hand (not self-contained)" for i in by_hand}
-        selection = dataclasses.replace(selection, proposals=(), notes=notes)
+    selection, changes, by_hand = removal_changes(selection, state, base_dir, config)
     proposals = selection.proposals
-    ledger_ids = [p.id for p in proposals if not p.is_workaround]
-    changes = {
-        _repo_path(config, path.name): (state.base_files.get(_repo_path(config, path.name), ""), text)
-        for path, text in shrink_changes(base_dir, ledger_ids).items()
-    } | {path: (state.base_files[path], text) for path, text in sources.items()}
-    changes |= _verification_changes(state.base_files, config, proposals, by_hand)
     plan = ShrinkPlan(
         selection, changes, pr_title(proposals), pr_body(proposals, config.runs, config.branch, by_hand),
         draft=any(p.shortfall(config.runs) for p in proposals), branch=config.branch,
         base_branch=config.base_branch, base_sha=state.base_sha, pull_number=pull.number if pull else None,
-        by_hand=by_hand,
+        by_hand=by_hand, summary=(f"Removes: {', '.join(p.id for p in proposals)}",),
     )  # fmt: skip
-    tip = state.tip
+    # An entry the PR proposed (and its branch removed) dropped out: merging or adding a commit would leave its
+    # removal in the PR's diff, so the branch starts again from the base.
+    dropped = {p.id for p in previous if not p.removal} - {p.id for p in proposals}
+    closing = None if proposals else closed_body({p.id: selection.notes[p.id] for p in previous})
+    return plan_branch(plan, state, config.labels, config.reviewers, closing=closing, rebuild=bool(dropped),
+                       recreate=recreate)  # fmt: skip
+
+
+def plan_branch(
+    plan: ShrinkPlan, state: RepoState, labels: tuple[str, ...], reviewers: tuple[str, ...], *,
+    closing: str | None, rebuild: bool, recreate: bool,
+) -> ShrinkPlan:  # fmt: skip
+    """The branch and PR writes that bring ``plan.branch`` to ``plan.changes`` over the base, for the shrink PR
+    and each bump PR alike: never pushing over a commit exportbot did not make, a commit only when the files
+    differ, a merge of a moved base, a fresh commit on the base when ``rebuild`` (content the PR proposed is
+    gone) or when no open PR uses the branch and its tip is a rejected PR's or holds other changes; the PR
+    opened, edited, marked ready or (``closing``: its body when there is nothing left) closed."""
+    pull, tip = state.open_pull, state.tip
     if tip is not None and not tip.is_bot and tip.sha != state.base_sha and not recreate:
         plan.blocked = (
-            f"leave {config.branch} alone: its tip {tip.sha[:12]} is not an exportbot commit "
+            f"leave {plan.branch} alone: its tip {tip.sha[:12]} is not an exportbot commit "
             "(--recreate takes the branch back)"
         )
         if pull is not None and not has_human_comment(state.comments, tip.sha):
-            plan.comment = human_commit_comment(tip.sha, config.branch)
+            plan.comment = human_commit_comment(tip.sha, plan.branch)
         return plan
-    if not proposals:
+    if closing is not None:
         if pull is not None:
             plan.close_pull = True
-            plan.pull_edits = {"body": closed_body({p.id: selection.notes[p.id] for p in previous})}
+            plan.pull_edits = {"body": closing}
         return plan
 
-    desired = {path: new for path, (_, new) in changes.items()}
+    desired = {path: new for path, (_, new) in plan.changes.items()}
     desired = {path: desired.get(path, text) for path, text in state.base_files.items()} | desired
     same_files = tip is not None and dict(tip.blobs) == {p: git_blob_sha(t) for p, t in desired.items()}
-    # An entry the PR proposed (and its branch removed) dropped out: merging or adding a commit would
-    # leave its removal in the PR's diff, so the branch starts again from the base.
-    dropped = {p.id for p in previous if not p.removal} - {p.id for p in proposals}
-    plan.rebuild = bool(dropped) and tip is not None and tip.sha != state.base_sha
+    # No open PR uses the branch, and its tip is a commit a maintainer rejected (its PR closed unmerged) or
+    # holds other changes: a new PR starts from the base, never on top of the rejected commit (which would
+    # then need a second commit undoing it). A tip that already holds exactly these changes (a run stopped
+    # after its push) is kept.
+    abandoned = pull is None and tip is not None and tip.sha != state.base_sha and (
+        tip.sha in state.closed_heads or not same_files)  # fmt: skip
+    plan.rebuild = (rebuild and tip is not None and tip.sha != state.base_sha) or abandoned
     if recreate or plan.rebuild or not same_files:
         if tip is None or recreate or plan.rebuild or tip.sha == state.base_sha:
             plan.parents = (state.base_sha,)
         elif tip.recorded_base == state.base_sha:
             plan.parents = (tip.sha,)
-        else:  # the base moved: a merge keeps the PR's diff to exactly the removals
+        else:  # the base moved: a merge keeps the PR's diff to exactly its changes
             plan.parents = (tip.sha, state.base_sha)
         plan.create_branch = tip is None
         plan.force = (recreate or plan.rebuild) and tip is not None
     if pull is None:
         plan.open_pull = True
-        plan.labels = config.labels
-        plan.reviewers = config.reviewers
+        plan.labels = labels
+        plan.reviewers = reviewers
     else:
         plan.pull_edits = {
             k: v for k, v in (("title", plan.title), ("body", plan.body)) if getattr(pull, k) != v
         }
         plan.ready_for_review = pull.draft and not plan.draft
-        plan.labels = tuple(label for label in config.labels if label not in pull.labels)
+        plan.labels = tuple(label for label in labels if label not in pull.labels)
     return plan
 
 

@@ -40,7 +40,7 @@ from github.Repository import Repository
 
 from bot.config import BotConfig, ConfigError
 from bot.github.dashboard import DASHBOARD_MARKER, DASHBOARD_SIGNATURE
-from bot.github.prwriter import PR_MARKER, Proposal, parse_pr_body, read_trailers
+from bot.github.prwriter import HELD_BLOCK, PR_MARKER, Proposal, parse_pr_body, read_trailers
 from bot.github.shrink_plan import PullInfo, RepoState, ShrinkOutcome, ShrinkPlan, Tip
 from bot.github.tracker import _rate_limit_wait
 
@@ -256,10 +256,11 @@ class GitHubSession:
             pull = self._pull
             labels = tuple(label.name for label in pull.labels)
             open_pull = PullInfo(pull.number, pull.title, pull.body or "", labels, pull.html_url, bool(pull.draft))
+        rejected = [p for p in pulls if p.state == "closed" and p.merged_at is None]
         closed = tuple(
             (p.number, proposal)
-            for p in pulls
-            if p.state == "closed" and p.merged_at is None and PR_MARKER in (p.body or "")
+            for p in rejected
+            if PR_MARKER in (p.body or "")
             for proposal in parse_pr_body(p.body)
         )
         listed = self._tree(base_sha)
@@ -284,7 +285,10 @@ class GitHubSession:
         if config.dashboard:
             self._dashboard = self._find_dashboard()
             dashboard = (self._dashboard.body or "") if self._dashboard is not None else None
-        return RepoState(base_sha, base_files, tip, open_pull, closed, comments, dashboard)
+        # A PR a human closed still holds its blocks (entries, or a bump's moves); one exportbot closed has none.
+        turned_down = frozenset(p.head.sha for p in rejected if HELD_BLOCK.search(p.body or ""))
+        return RepoState(base_sha, base_files, tip, open_pull, closed, comments, dashboard, turned_down,
+                         tuple((p.number, p.body or "") for p in rejected))  # fmt: skip
 
     def _find_dashboard(self) -> Issue | None:
         """The dashboard issue, by its hidden marker (never by title): labelled issues first, then search."""

@@ -11,9 +11,19 @@ import datetime
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from bot.audit.plan import Plan, Subject, describe_state, entry_subject, plan_entry
+from bot.audit.pins import normalize_name
+from bot.audit.plan import (
+    Plan,
+    Subject,
+    describe_state,
+    entry_subject,
+    parse_candidate,
+    plan_entry,
+    same_version,
+)
 from bot.audit.report import REPORT_SCHEMA, ReportIdentity
 from bot.audit.upstream import RateLimited, UpstreamState, UpstreamTracker
 from bot.audit.verdict import (
@@ -38,9 +48,51 @@ from bot.run.reruns import (
     SupersessionRunner,
     probe_superseders,
     rerun_subject,
+    subprocess_runner,
 )
 from exporters.ledger import Ledger, LedgerEntry
 from exporters.utils import Workaround
+
+
+@dataclass(frozen=True)
+class Runners:
+    """How each kind of re-run is made in one interpreter (the pinned one, or a candidate's environment):
+    the plain export, a workaround's necessity probe, a ledger entry's reproducer, a supersession probe."""
+
+    run_export: RunExport
+    probe: ProbeRunner
+    entry: Callable[[str], RunExport]
+    supersession: SupersessionRunner
+
+    def wrapped(self, wrap: Callable[[RunExport], RunExport]) -> Runners:
+        """The same runners, each export going through ``wrap`` (progress lines)."""
+        return Runners(wrap(self.run_export), lambda name: wrap(self.probe(name)),
+                       lambda entry_id: wrap(self.entry(entry_id)),
+                       lambda entry_id, names: wrap(self.supersession(entry_id, names)))  # fmt: skip
+
+
+def budgets_of(ledger: Ledger) -> dict[str, float | None]:
+    """Entry id → its ``[entry.repro] budget_s``: a slowness entry's re-runs stop there, whatever ``--timeout``."""
+    return {e.id: e.repro.budget_s for e in ledger.entries if e.repro is not None}
+
+
+def subprocess_runners(
+    timeout: float, registry: Path, budgets: Mapping[str, float | None], *, python: Path | None = None,
+    pythonpath: Path | None = None,
+) -> Runners:  # fmt: skip
+    """Re-runs in fresh ``python -m bot export`` processes (bot.run.reruns) of ``python`` (default: this
+    interpreter; a candidate's environment runs this repository's code through ``pythonpath``). An entry with
+    a ``budget_s`` (``budgets``) is judged by it, whatever ``timeout`` says."""
+    where: dict[str, Any] = {"python": python, "pythonpath": pythonpath} if python is not None else {}
+    return Runners(
+        subprocess_runner(timeout, **where),
+        lambda name: subprocess_runner(timeout, without=(name,), **where),
+        lambda entry_id: subprocess_runner(timeout, repro=entry_id, registry=registry, budget_s=budgets.get(entry_id),
+                                           **where),
+        lambda entry_id, names: subprocess_runner(timeout, repro=entry_id, without=names, registry=registry,
+                                                  budget_s=budgets.get(entry_id), **where),
+    )  # fmt: skip
+
 
 EXIT_NOTHING = 0
 EXIT_REMOVABLE = 3
@@ -298,7 +350,9 @@ def verification_records(
     report: AuditReport, today: datetime.date, *, workarounds: bool = False
 ) -> list[Verification]:
     """What to remember: entries (or workarounds) whose verdict came from a re-run, with the versions of
-    their stack the re-runs recorded (what ran, not what the pin file says)."""
+    their stack the re-runs recorded (what ran, not what the pin file says). Re-run at a ``--candidate``, the
+    record says so: it was verified at a stack that is not the pinned one, and the next audit at the pins
+    sees that stack move."""
     rows: Sequence[EntryReport | WorkaroundReport] = report.workarounds if workarounds else report.entries
     return [
         Verification(
@@ -308,10 +362,18 @@ def verification_records(
             exporter_version=report.exporter_version,
             verdict=row.verdict.verdict,
             upstream_state=describe_state(row.state),
+            candidate=_off_pins(row.plan.candidate, report.pins),
         )
         for row in rows
         if row.plan is not None and row.verdict.verdict in RERUN_VERDICTS
     ]
+
+
+def _off_pins(candidate: str | None, pins: Mapping[str, str]) -> str:
+    """The marker of a record made at a candidate: its specs when some differ from the pins, else ""."""
+    specs = parse_candidate(candidate) if candidate else []
+    off = any(not same_version(version, pins.get(normalize_name(name))) for name, version in specs)
+    return candidate or "" if off else ""
 
 
 def ran_with(plan: Plan, verdict_: Verdict) -> dict[str, str]:

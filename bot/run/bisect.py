@@ -33,17 +33,22 @@ for a workaround it is reported, for its removal PR to cite. The command around 
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
-from bot.audit.pins import PinFileError, find_pin_file, normalize_name, read_pins, same_release
+from bot.audit.pins import (
+    PinFileError,
+    constraints_with,
+    find_pin_file,
+    normalize_name,
+    read_pins,
+    same_release,
+)
 from bot.audit.plan import WORKAROUND, Subject, entry_subject
+from bot.audit.releases import newer_versions
 from bot.audit.verdict import error_excerpt
 from bot.audit.window import own_incompatibility, unsupported_reason
 from bot.audit.workaround_index import (
@@ -54,13 +59,13 @@ from bot.audit.workaround_index import (
 from bot.config import DEFAULT_TIMEOUT
 from bot.errors import UsageProblem
 from bot.outcome import PASS
+from bot.run.index import IndexFailure, IndexSession
 from bot.run.reruns import RunExport, subprocess_runner
 from bot.run.venvs import (
     DEFAULT_CACHE,
     REPO_ROOT,
     EnvironmentFailure,
     Uninstallable,
-    constraints_with,
     ensure_venv,
     layering_base,
     project_dependencies,
@@ -137,41 +142,13 @@ def first_passing(versions: Sequence[str], probe: Callable[[str], Probe]) -> Bis
     )
 
 
-def parse_index_versions(output: str) -> list[str]:
-    """The versions listed by ``pip index versions PKG`` (its ``Available versions:`` line)."""
-    for line in output.splitlines():
-        if line.strip().startswith("Available versions:"):
-            return [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
-    raise BisectError(f"pip index versions printed no 'Available versions:' line: {output.strip()[-300:]}")
-
-
-def newer_versions(available: Sequence[str], pinned: str) -> list[str]:
-    """Final releases newer than ``pinned``, ascending; pre-releases, local builds (``2.13.0+cpu``: the same
-    release as ``2.13.0``) and unparsable versions are left out."""
-    floor = Version(pinned)
-    found = []
-    for text in available:
-        try:
-            version = Version(text)
-        except InvalidVersion:
-            continue
-        if version > floor and not (version.is_prerelease or version.is_devrelease or version.local):
-            found.append(version)
-    return [str(v) for v in sorted(set(found))]
-
-
 # ── Versions and environments (I/O) ──
 def released_versions(package: str, python: str | Path = sys.executable) -> list[str]:
     """Every released version of ``package`` the configured index has, through ``pip index versions``."""
-    done = subprocess.run(
-        [str(python), "-m", "pip", "index", "versions", package, "--disable-pip-version-check"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise BisectError(
-            f"pip index versions {package} failed: {(done.stderr or done.stdout).strip()[-300:]}"
-        )
-    return parse_index_versions(done.stdout)
+    try:
+        return IndexSession(Path(python), timeout=300).versions(package)
+    except IndexFailure as error:
+        raise BisectError(str(error)) from None
 
 
 @dataclass
@@ -193,7 +170,7 @@ class ExportProbe:
         where = {"python": python, "pythonpath": REPO_ROOT, "registry": self.registry}
         if self.subject.kind == WORKAROUND:
             return subprocess_runner(self.timeout, without=(self.subject.id,), **where)
-        return subprocess_runner(self.timeout, repro=self.subject.id, **where)
+        return subprocess_runner(self.timeout, repro=self.subject.id, budget_s=self.subject.budget_s, **where)
 
     def __call__(self, version: str) -> Probe:
         refused = unsupported_reason(self.package, version)
@@ -270,7 +247,7 @@ def probe_releases(subject: Subject, package: str, pin_path: Path, candidates: S
     export outcome the probes saw). ``announce`` wraps each probe (the command prints a line per probe)."""
     text = pin_path.read_text(encoding="utf-8")
     probe = ExportProbe(subject, package, text, cache_dir or DEFAULT_CACHE, timeout,
-                        base=layering_base(read_pins(pin_path), package), registry=registry_dir)  # fmt: skip
+                        base=layering_base(read_pins(pin_path), [package]), registry=registry_dir)  # fmt: skip
     return first_passing(candidates, announce(probe)), probe.seen
 
 

@@ -21,23 +21,27 @@ environment (bot.run.venvs), so the development environment is never touched:
   that fails with the candidate is exported once more at the pins: failing there too means the record or
   reproducer is stale (``fails at the pins too``), not a regression.
 
-Nothing of a candidate audit is written to the verification state or proposed for removal: the pins
-have not moved yet (``exportbot pr`` refuses such a report).
+Nothing of a candidate audit is proposed for removal by the shrink PR (``exportbot pr`` refuses such a
+report: the pins have not moved yet; ``exportbot watch`` carries the removals on the bump PR that moves the
+pin). With ``--update-verification`` its re-runs are recorded in ``verified.toml`` at the candidate's stack,
+each record marked ``candidate = "PKG==VER"`` (recorded at a stack that is not the pinned one).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.audit.pins import normalize_name, same_release
+from bot.audit.pins import constraints_with, normalize_name, same_release
 from bot.audit.plan import Export, parse_candidate
 from bot.audit.regression_sample import (
     ReproducerSource,
+    SampleChoice,
     SampledExport,
     backends_of,
     choose_sample,
@@ -53,7 +57,6 @@ from bot.run.venvs import (
     REPO_ROOT,
     EnvironmentFailure,
     Uninstallable,
-    constraints_with,
     ensure_venv,
     layering_base,
     project_dependencies,
@@ -68,21 +71,27 @@ REGRESSION, STALE, HOLDS, UNSUPPORTED = "regression", "fails at the pins too", "
 
 @dataclass(frozen=True)
 class CandidateEnvironment:
-    """Where the candidate runs; ``python`` is None when it could not be installed (``problem`` says why)."""
+    """Where the candidate runs; ``python`` is None when it could not be installed (``problem`` says why).
 
-    package: str
-    version: str
+    ``specs``: every (package, version) it moves, one for ``--candidate PKG==VER``, several for a coupled
+    group (``torch==2.14.0,executorch==1.6.0``, as ``exportbot watch`` tries one)."""
+
+    specs: tuple[tuple[str, str], ...]
     python: Path | None
     layered: bool
     problem: str | None = None
 
     @property
     def spec(self) -> str:
-        return f"{self.package}=={self.version}"
+        return ",".join(f"{package}=={version}" for package, version in self.specs)
+
+    @property
+    def packages(self) -> list[str]:
+        return [package for package, _ in self.specs]
 
     def runner(self, timeout: float, **leave_out: Any) -> RunExport:
         """Exports in the candidate's environment, leaving out what :func:`bot.run.reruns.subprocess_runner` says
-        (``without``, ``plain``, ``repro``, ``registry``)."""
+        (``without``, ``plain``, ``repro``, ``registry``, ``budget_s``)."""
         assert self.python is not None, "no environment: check .problem first"
         return subprocess_runner(timeout, python=self.python, pythonpath=REPO_ROOT, **leave_out)
 
@@ -92,42 +101,48 @@ def prepare_environment(
 ) -> CandidateEnvironment:
     """Build (or reuse) the candidate's environment; an uninstallable release is a result, not an error.
     Raises :class:`bot.run.venvs.EnvironmentFailure` when no environment can be built at all (no index)."""
-    package, version = parse_candidate(candidate)
-    base = layering_base(pins, package)
+    specs = tuple(parse_candidate(candidate))
+    base = layering_base(pins, [package for package, _ in specs])
     layered = base is not None
-    refused = unsupported_reason(package, version)
-    if refused is not None:
-        return CandidateEnvironment(package, version, None, layered, f"is not supported: {refused}")
-    name = f"candidate-{normalize_name(package)}-{version}{'-layered' if layered else ''}"
+    for package, version in specs:
+        refused = unsupported_reason(package, version)
+        if refused is not None:
+            return CandidateEnvironment(specs, None, layered, f"is not supported: {refused}")
+    name = "candidate-" + "+".join(f"{normalize_name(p)}-{v}" for p, v in specs) + ("-layered" if layered else "")
+    constraints = pin_text
+    for package, version in specs:
+        constraints = constraints_with(constraints, package, version)
     try:
-        python = ensure_venv(
-            cache_dir / name, constraints_with(pin_text, package, version), project_dependencies(), base=base
-        )
+        python = ensure_venv(cache_dir / name, constraints, project_dependencies(), base=base)
     except Uninstallable as refused:
-        return CandidateEnvironment(package, version, None, layered, f"cannot be installed: {refused}")
+        return CandidateEnvironment(specs, None, layered, f"cannot be installed beside the other pins: {refused}")
     found = subprocess.run(
-        [str(python), "-c", f"from importlib.metadata import version; print(version({package!r}))"],
+        [str(python), "-c", "import sys\nfrom importlib.metadata import version\nfor p in sys.argv[1:]: print(version(p))",
+         *(package for package, _ in specs)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    installed = found.stdout.strip()
-    if found.returncode != 0 or not same_release(installed, version):
+    installed = found.stdout.split()
+    wrong = [f"{p} {i}" for (p, v), i in zip(specs, [*installed, *[""] * len(specs)]) if not same_release(i, v)]
+    if found.returncode != 0 or wrong:
         raise EnvironmentFailure(
-            f"{cache_dir / name} imports {package} {installed or '(none)'}, not {version}: delete it to rebuild"
+            f"{cache_dir / name} imports {', '.join(wrong) or found.stderr.strip()[-200:]}, not {candidate}: "
+            "delete it to rebuild"
         )
-    ours = import_problem(python, package, version)
+    ours = import_problem(python, specs)
     if ours is not None:
-        return CandidateEnvironment(package, version, None, layered, f"is not supported: {ours}")
-    return CandidateEnvironment(package, version, python, layered)
+        return CandidateEnvironment(specs, None, layered, f"is not supported: {ours}")
+    return CandidateEnvironment(specs, python, layered)
 
 
 _EXPORTER_MODULES = {"dynamo": "exporters.dynamo.exporter", "onnx": "exporters.onnx.exporter",
                      "executorch": "exporters.executorch.exporter"}  # fmt: skip
 
 
-def import_problem(python: Path, package: str, version: str) -> str | None:
-    """One line when this repository's exporters for ``package``'s backends cannot even be imported in the
-    candidate's environment (bot.audit.window.own_incompatibility), so no export there says anything of it."""
-    modules = [_EXPORTER_MODULES[backend] for backend in backends_of(package)]
+def import_problem(python: Path, specs: Sequence[tuple[str, str]]) -> str | None:
+    """One line when this repository's exporters for the moved packages' backends cannot even be imported in
+    the candidate's environment (bot.audit.window.own_incompatibility), so no export there says anything of it."""
+    backends = dict.fromkeys(backend for package, _ in specs for backend in backends_of(package))
+    modules = [_EXPORTER_MODULES[backend] for backend in backends]
     done = subprocess.run(
         [str(python), "-c", "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)", *modules],
         capture_output=True, text=True, timeout=600, env=os.environ | {"PYTHONPATH": str(REPO_ROOT)},
@@ -138,7 +153,7 @@ def import_problem(python: Path, package: str, version: str) -> str | None:
     error_type, _, error = (lines[-1] if lines else "").partition(": ")
     outcome = {"status": "failed", "error_type": error_type.rsplit(".", 1)[-1], "error": error,
                "traceback_tail": done.stderr[-2000:]}  # fmt: skip
-    return own_incompatibility(outcome, package, version)
+    return own_incompatibility(outcome, ", ".join(f"{package} {version}" for package, version in specs))
 
 
 @dataclass
@@ -174,20 +189,21 @@ class RegressionRow:
 
 def check_regressions(
     sample: Sequence[SampledExport],
-    package: str,
+    packages: Sequence[str],
     with_candidate: RunSampled,
     at_pins: RunSampled,
     progress: Callable[[Export], None] = lambda export: None,
 ) -> list[RegressionRow]:
-    """Export each sampled item with the candidate; re-check a failure at the pins."""
+    """Export each sampled item with the candidate (moving ``packages``); re-check a failure at the pins."""
     rows = []
     for item in sample:
         progress(item.export)
         outcome = with_candidate(item)
         versions = {normalize_name(k): v for k, v in (outcome.get("versions") or {}).items()}
-        ran_with = versions.get(normalize_name(package))
+        ran = [(package, versions.get(normalize_name(package))) for package in packages]
+        ran_with = ran[0][1] if len(ran) == 1 else ", ".join(f"{p} {v or '(unknown)'}" for p, v in ran)
         row = RegressionRow(item, evidence_of(outcome), ran_with)
-        row.unsupported = own_incompatibility(outcome, package, ran_with or "(unknown)")
+        row.unsupported = own_incompatibility(outcome, ", ".join(f"{p} {v or '(unknown)'}" for p, v in ran))
         if row.candidate.get("status") != PASS and row.unsupported is None:
             row.pinned = evidence_of(at_pins(item))
         rows.append(row)
@@ -273,11 +289,13 @@ def run_candidate_check(
     *,
     registry: Path | None = None,
     classes_file: Path | None = None,
+    pinned_python: Path | None = None,
 ) -> CandidateCheck:
     """The regression half of a candidate audit (the removal half is the audit's own re-runs).
     ``results``: sweep result files to sample from; empty means the committed record set (``default_results``);
     ``registry``: the ledger whose reproducers to include, and which every export reads (default: the
-    default registry)."""
+    default registry); ``pinned_python``: the interpreter holding the pins, where a failure is re-checked
+    (default: this one, bot.run.venvs.pinned_environment builds one when it does not hold them)."""
     results = results or default_results(REPO_ROOT)
     try:
         # A generation record (mode generate) is no single-graph export to re-run at the candidate.
@@ -291,15 +309,27 @@ def run_candidate_check(
         entry = ledger.skip(model, backend, dynamic)
         return None if entry is None else entry.id
 
-    choice = choose_sample(
-        environment.package, pins, records, reproducers=reproducer_sources(ledger),
-        dependencies=workaround_dependencies(), listed=read_class_list(classes_file), skipped=skipped, limit=limit,
-    )  # fmt: skip
+    choice = SampleChoice()
+    for package in environment.packages:  # a coupled group: each moved package's likely places, one budget
+        found = choose_sample(
+            package, pins, records, reproducers=reproducer_sources(ledger), dependencies=workaround_dependencies(),
+            listed=read_class_list(classes_file), skipped=skipped, limit=limit,
+        )  # fmt: skip
+        for item in found.chosen:
+            choice.add(item)
+        choice.left_out += [line for line in found.left_out if line not in choice.left_out]
+    choice.chosen = choice.chosen[:limit]
+    python = pinned_python or Path(sys.executable)
+
+    def at_pins(args: Sequence[str]) -> RunExport:
+        return subprocess_runner(timeout, plain=True, registry=registry, extra_args=args, python=python,
+                                 pythonpath=REPO_ROOT)  # fmt: skip
+
     rows = check_regressions(
         choice.chosen,
-        environment.package,
+        environment.packages,
         sampled_runner(lambda args: environment.runner(timeout, plain=True, registry=registry, extra_args=args)),
-        sampled_runner(lambda args: subprocess_runner(timeout, plain=True, registry=registry, extra_args=args)),
+        sampled_runner(at_pins),
         progress,
     )
     sources = [str(p) for p in results] + ([str(classes_file)] if classes_file else [])

@@ -22,9 +22,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 from bot.audit.verification import exporter_version
 from bot.outcome import PASS, SKIPPED, ExportOutcome
 from bot.run.worker import ChildReport, ChildTask, kill_group, supervise
-from bot.sweep.records import CRASHED, SCHEMA, TIMEOUT, classify_against_entry, ignored_entry
+from bot.sweep.records import (
+    CRASHED,
+    SCHEMA,
+    SWEEP_TIMEOUT,
+    TIMEOUT,
+    classify_against_entry,
+    ended_without_outcome,
+    ignored_entry,
+)
 from bot.sweep.tasks import Task
-from bot.sweep.triage import signal_name
 
 if TYPE_CHECKING:
     from exporters.ledger import Ledger
@@ -290,12 +297,8 @@ def _abnormal_end(report: ChildReport, info: SweepInfo, timeout: float) -> tuple
     if report.problem:
         return CRASHED, report.problem
     if report.timed_out:
-        return TIMEOUT, f"no outcome within {timeout:g} s; the export's process group was killed"
-    if info.signal is not None:
-        return CRASHED, f"killed by signal {info.signal} ({signal_name(info.signal)})"
-    if info.exit_code:
-        return CRASHED, f"exited with code {info.exit_code} without an outcome"
-    return CRASHED, "exited without writing an outcome"
+        return TIMEOUT, SWEEP_TIMEOUT.format(seconds=timeout)
+    return CRASHED, ended_without_outcome(info.signal, info.exit_code)
 
 
 def _now() -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -33,11 +34,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot.config import DEFAULT_RUNS, DEFAULT_TIMEOUT
+from bot.sweep.records import CRASHED, RERUN_TIMEOUT, TIMEOUT, ended_without_outcome
 
 if TYPE_CHECKING:
     from bot.audit.plan import Subject
 
-TIMEOUT = "timeout"
 RunExport = Callable[[str, str, bool], dict[str, Any]]
 ProbeRunner = Callable[[str], RunExport]  # workaround name → a runner exporting without only that one
 # (entry id, workarounds to disable) → a runner exporting the entry's reproducer without those too
@@ -55,8 +56,13 @@ def subprocess_runner(
     python: str | Path = sys.executable,
     pythonpath: Path | None = None,
     extra_args: Sequence[str] = (),
+    budget_s: float | None = None,
 ) -> RunExport:
     """A runner exporting in a fresh ``python -m bot export`` process, killed after ``timeout`` s.
+
+    ``budget_s`` (a slowness entry's ``[entry.repro] budget_s``) replaces ``timeout``: such an entry's failure
+    is the export running past its budget, so a longer audit-wide ``--timeout`` must not let it pass. The
+    outcome records ``command``: the ``exportbot export`` line that reproduces the run by hand.
 
     ``repro`` (a ledger entry id) exports that entry's reproducer without the ledger: the audit's re-run;
     ``without`` names workarounds to disable instead of ignoring the ledger (a necessity probe), or with
@@ -70,16 +76,18 @@ def subprocess_runner(
     disabled = [arg for name in without for arg in ("--without", name)]
     leave_out = ["--repro", repro, *disabled] if repro else disabled or ([] if plain else ["--ignore-ledger"])
 
+    limit = budget_s if budget_s is not None else timeout
+    over = RERUN_TIMEOUT.format(seconds=limit) + (" (the entry's budget_s)" if budget_s is not None else "")
+
     def run_export(model_class: str, backend: str, dynamic: bool) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="exportbot-rerun-") as scratch:
             record = Path(scratch) / "outcome.json"
-            command = [
-                str(python), "-m", "bot", "export", model_class, "--backend", backend,
-                "--dynamic" if dynamic else "--static", *leave_out, *extra_args,
-                "--outcome-json", str(record), "--out", str(Path(scratch) / "out"),
-            ]  # fmt: skip
+            export = [model_class, "--backend", backend, "--dynamic" if dynamic else "--static", *leave_out, *extra_args]
+            command = [str(python), "-m", "bot", "export", *export,
+                       "--outcome-json", str(record), "--out", str(Path(scratch) / "out")]  # fmt: skip
+            shown = shlex.join(["exportbot", "export", *export])
             base = {"model": model_class, "backend": backend, "dynamic": dynamic, "repro": repro,
-                    "workarounds_disabled": list(without)}  # fmt: skip
+                    "workarounds_disabled": list(without), "command": shown}  # fmt: skip
             env = os.environ | {"HF_HUB_OFFLINE": "1"}
             if pythonpath is not None:
                 env["PYTHONPATH"] = str(pythonpath)
@@ -87,14 +95,15 @@ def subprocess_runner(
                 env["EXPORTBOT_REGISTRY"] = str(Path(registry).resolve())
             try:
                 done = subprocess.run(
-                    command, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout
+                    command, cwd=scratch, env=env, capture_output=True, text=True, timeout=limit
                 )
             except subprocess.TimeoutExpired:  # subprocess.run kills the child before raising
-                return base | {"status": TIMEOUT, "error": f"timed out after {timeout:g} s"}
+                return base | {"status": TIMEOUT, "error": over}
             if record.is_file():
-                return json.loads(record.read_text(encoding="utf-8"))
+                return json.loads(record.read_text(encoding="utf-8")) | {"command": shown}
             tail = (done.stderr or done.stdout or "").strip()[-2000:]
-            return base | {"status": "failed", "error": f"exit {done.returncode} without an outcome: {tail}"}
+            # The sweep's text for the same crash (bot.sweep.records), so a failure copied from a sweep matches.
+            return base | {"status": CRASHED, "error": f"{ended_without_outcome(None, done.returncode)}: {tail}"}
 
     return run_export
 

@@ -14,18 +14,20 @@ in the environment) is unchanged. Two ways to build one:
   ``.pth`` file placed after its own, so pip finds every pinned package already installed and installs
   only what the constraints change (the candidate and any dependency it moves), which then shadows the
   pinned copy. Seconds for a pure-Python package. Only sound when the base really holds the pins, which
-  :func:`pin_mismatches` checks first.
+  :func:`pin_mismatches` checks first. The setuptools ``venv`` seeds is removed, so the base's is the one seen
+  (an older seeded copy made pip fetch a newer one for torch from the index on every build).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -48,20 +50,6 @@ class EnvironmentFailure(RuntimeError):
 
 class Uninstallable(Exception):
     """This version cannot be installed together with the other pins; the message is pip's reason."""
-
-
-def constraints_with(text: str, package: str, version: str) -> str:
-    """``constraints.txt`` text with ``package`` pinned to ``version`` (its line replaced, else appended)."""
-    key = normalize_name(package)
-    lines, replaced = [], False
-    for line in text.splitlines():
-        name = line.split("#", 1)[0].partition("==")[0].strip()
-        if name and normalize_name(name) == key:
-            line, replaced = f"{package}=={version}", True
-        lines.append(line)
-    if not replaced:
-        lines.append(f"{package}=={version}")
-    return "\n".join(lines) + "\n"
 
 
 def project_dependencies(root: Path = REPO_ROOT) -> list[str]:
@@ -94,6 +82,10 @@ def ensure_venv(
         raise EnvironmentFailure(f"python -m venv {directory} failed: {made.stderr.strip()[-300:]}")
     if base is not None:
         (site_packages(python) / _BASE_PTH).write_text(f"{base}\n", encoding="utf-8")
+        # venv seeds its own (older) setuptools, which would shadow the base's and make pip fetch another for
+        # torch's setuptools>=77 requirement: the layered environment uses the base's, as it uses every pin.
+        subprocess.run([str(python), "-m", "pip", "uninstall", "--yes", "--quiet", "--disable-pip-version-check",
+                        "setuptools"], capture_output=True, text=True, timeout=120)  # fmt: skip
     pinned = directory / "constraints-in-use.txt"
     pinned.write_text(constraints, encoding="utf-8")
     done = subprocess.run(
@@ -121,11 +113,24 @@ def site_packages(python: Path | str = sys.executable) -> Path:
     return Path(done.stdout.strip())
 
 
-def layering_base(pins: Mapping[str, str], moved: str) -> Path | None:
-    """This interpreter's site-packages when it holds every pin but ``moved`` (which the new environment
-    installs anyway), so an environment differing in ``moved`` can be layered on it; else None (fresh)."""
-    others = {name: version for name, version in pins.items() if normalize_name(name) != normalize_name(moved)}
+def layering_base(pins: Mapping[str, str], moved: Iterable[str]) -> Path | None:
+    """This interpreter's site-packages when it holds every pin but the ``moved`` packages (which the new
+    environment installs anyway), so an environment differing in them can be layered on it; else None (fresh)."""
+    skip = {normalize_name(name) for name in moved}
+    others = {name: version for name, version in pins.items() if normalize_name(name) not in skip}
     return None if pin_mismatches(others) else site_packages()
+
+
+def pinned_environment(pin_text: str, pins: Mapping[str, str], cache_dir: Path = DEFAULT_CACHE) -> Path:
+    """An interpreter holding exactly ``pins``: this one when it does, else an environment layered on it with
+    the packages it holds at other versions installed at their pins (``exportbot watch`` on a pin file that is
+    not the one this environment was set up from). Raises :class:`Uninstallable` / :class:`EnvironmentFailure`."""
+    differing = [line.split(" ", 1)[0] for line in pin_mismatches(pins)]
+    if not differing:
+        return Path(sys.executable)
+    recipe = hashlib.sha256(pin_text.encode("utf-8")).hexdigest()[:12]
+    return ensure_venv(cache_dir / f"pins-{recipe}-layered", pin_text, project_dependencies(),
+                       base=layering_base(pins, differing))  # fmt: skip
 
 
 def pin_mismatches(pins: Mapping[str, str]) -> list[str]:

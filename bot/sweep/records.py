@@ -6,6 +6,7 @@ Pure and record-based (dicts as read from JSON Lines), shared with the audit bot
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,41 @@ CRASHED = "crashed"  # the child died (signal, non-zero exit, no result) instead
 TIMEOUT = "timeout"  # no outcome within --timeout; the child's process group was killed
 STATUSES = (PASS, FAILED, MISMATCH, INCONCLUSIVE, NONDETERMINISTIC, BUILD_ERROR, CRASHED, TIMEOUT, SKIPPED)
 SAME_FAILURE, DIFFERENT_FAILURE, PASSES = "same-failure", "different-failure", "passes"
+
+
+# What an export that ran out of time reads as: the audit's re-run kills its child, the sweep its process group.
+RERUN_TIMEOUT = "timed out after {seconds:g} s"
+SWEEP_TIMEOUT = "no outcome within {seconds:g} s; the export's process group was killed"
+
+
+def is_timeout_failure(failure: str) -> bool:
+    """Whether a ledger entry's ``failure`` regex matches what a timed-out export reads as (status ``timeout``,
+    or either text): a slowness entry, which needs its own ``budget_s`` (``exportbot lint``)."""
+    texts = (TIMEOUT, RERUN_TIMEOUT.format(seconds=600), SWEEP_TIMEOUT.format(seconds=600))
+    return any(re.search(failure, text) for text in texts)
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def ended_without_outcome(signal_number: int | None, exit_code: int | None) -> str:
+    """The one text for an export process that died before writing its outcome, whoever ran it.
+
+    Why one: a ledger entry's ``failure`` is often copied from a sweep record; if the audit's re-run said the
+    same crash another way (``exit -11`` for ``killed by signal 11 (SIGSEGV)``), the entry would read as
+    ``changed`` the first time it was re-run. ``exit_code`` as ``subprocess`` reports it: negative for a signal.
+    """
+    if signal_number is None and exit_code is not None and exit_code < 0:
+        signal_number = -exit_code
+    if signal_number is not None:
+        return f"killed by signal {signal_number} ({signal_name(signal_number)})"
+    if exit_code:
+        return f"exited with code {exit_code} without an outcome"
+    return "exited without writing an outcome"
 
 
 def record_key(record: Mapping[str, Any]) -> Key:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from bot.outcome import PASS, SKIPPED
-from bot.sweep.records import CRASHED, TIMEOUT, record_key
+from bot.sweep.records import CRASHED, TIMEOUT, record_key, signal_name
 from bot.sweep.tasks import Key
 
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
@@ -87,12 +86,3 @@ def triage(records: Iterable[Mapping[str, Any]]) -> list[FailureGroup]:
             signature = failure_signature(record)
             groups.setdefault(signature, FailureGroup(signature)).keys.append(record_key(record))
     return sorted(groups.values(), key=lambda group: (-group.count, group.signature))
-
-
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-

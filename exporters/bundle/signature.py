@@ -19,9 +19,10 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from exporters.bundle.format import ComponentSpec, ConstantLeaf, DimRange, TensorSpec, TracedInt
+from exporters.flatten import leaves_with_path
 from exporters.validation import leaf_name
 
-__all__ = ["constant_outputs", "describe_component", "dtype_name", "map_traced_constants", "output_structure", "pytree_type_names",
+__all__ = ["constant_outputs", "describe_component", "dim_role", "dtype_name", "map_traced_constants", "output_structure", "pytree_type_names",
            "user_input_placeholders"]
 
 # (leaf name, dim index) → role. The role names the dim only when the program left it symbolic. Leaves of a
@@ -54,7 +55,8 @@ _INPUT_DIM_ROLES: dict[tuple[str, int], str] = {
 }
 
 
-def _role(leaf: str, index: int) -> str | None:
+def dim_role(leaf: str, index: int) -> str | None:
+    """The role of dim ``index`` of input leaf ``leaf`` (``batch``, ``sequence``, ...), None when unknown."""
     head = leaf.split(".", 1)[0]
     role = _INPUT_DIM_ROLES.get((leaf, index)) or _INPUT_DIM_ROLES.get((head, index))
     if role is None and index == 0:
@@ -118,7 +120,7 @@ class _DimNamer:
     def name(self, symbol: sympy.Symbol, leaf: str, index: int) -> str:
         if symbol in self.names:
             return self.names[symbol]
-        role = _role(leaf, index)
+        role = dim_role(leaf, index)
         candidates = [role, f"{_identifier(leaf)}_{role}"] if role else []
         candidates.append(f"{_identifier(leaf)}_dim{index}")
         taken = set(self.dims)
@@ -228,13 +230,22 @@ def constant_outputs(out_flat: list[tuple[Any, Any]]) -> list[ConstantLeaf]:
     return constants
 
 
+def _value_range(value: torch.Tensor) -> list[int] | None:
+    """``[min, max]`` of an integer sample input (ids, masks, token types), None for floats, bools or empty."""
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool or value.numel() == 0:
+        return None
+    return [int(value.min()), int(value.max())]
+
+
 def describe_component(
     program: ExportedProgram, inputs: Mapping[str, Any], file: str, runtime: str, method: str = "forward"
 ) -> ComponentSpec:
     """The manifest entry for one exported program: its inputs as the caller passes them (leaf names in
     flattening order), its outputs as eager returns them, both pytree specs, and every named dim's range."""
     arguments = list(inputs)
-    flat, in_spec = pytree.tree_flatten_with_path(dict(inputs))
+    # leaves_with_path, not pytree's own: a transformers release before 5.13 registers its ModelOutputs
+    # without keys, and pytree.tree_flatten_with_path refuses them (exporters.flatten).
+    flat, in_spec = leaves_with_path(dict(inputs)), pytree.tree_structure(dict(inputs))
     tensor_leaves = [(leaf_name(path), leaf) for path, leaf in flat if isinstance(leaf, torch.Tensor)]
     placeholders = [n for n in user_input_placeholders(program) if isinstance(n.meta.get("val"), torch.Tensor)]
     if len(placeholders) != len(tensor_leaves):
@@ -244,11 +255,12 @@ def describe_component(
         )
     namer = _DimNamer(program)
     input_specs = [
-        TensorSpec(name, dtype_name(node.meta["val"].dtype), namer.shape(node.meta["val"].shape, name))
-        for (name, _), node in zip(tensor_leaves, placeholders)
+        TensorSpec(name, dtype_name(node.meta["val"].dtype), namer.shape(node.meta["val"].shape, name),
+                   _value_range(value))
+        for (name, value), node in zip(tensor_leaves, placeholders)
     ]
     outputs = output_structure(program)
-    out_flat, out_spec = pytree.tree_flatten_with_path(outputs)
+    out_flat, out_spec = leaves_with_path(outputs), pytree.tree_structure(outputs)
     output_specs = [
         TensorSpec(leaf_name(path), dtype_name(value.dtype), namer.shape(value.shape, leaf_name(path)))
         for path, value in out_flat

@@ -44,6 +44,7 @@ from exporters.dynamo.exporter import (
     describe_export,
     dynamic_dim_ranges,
     second_shape_inputs,
+    size_one_inputs,
     without_static_dims,
 )
 from exporters.executorch import (  # noqa: F401  (register lowering speed, layout and output patches, op, Core ATen and symbolic-op fixes)
@@ -203,7 +204,7 @@ class ExecutorchExporter:
         if metadata.dynamic_dims:
             metadata.notes.append(
                 "dynamic dims are bounded (dynamic_dims max): the runtime rejects larger inputs and plans memory "
-                "for the maxima; a min of 2 is torch.export's 0/1 specialisation, size 1 is not covered by guards"
+                "for the maxima"
             )
         run.finish()
         return ExportResult(
@@ -219,6 +220,7 @@ class ExecutorchExporter:
             rtol=config.rtol,
             make_second_inputs=lambda: second_shape_inputs(program, inputs),
             quantization=quantization,
+            make_smaller_inputs=lambda: size_one_inputs(program, inputs, dynamic_shapes),
         ).validated_if(validate)
 
     def _dynamic_shapes(self, inputs: Mapping[str, Any]) -> Any:
@@ -383,6 +385,7 @@ def _patch_xnnpack_reshape_one_dynamic_dim(original: Callable) -> Callable:
 @register_patch(
     "executorch", "transformers.integrations.moe.ExpertsInterface.get_interface",
     upstream="https://github.com/pytorch/executorch/issues/11320", dependency="executorch",
+    optional=True,  # transformers 5.0.0 has no ExpertsInterface (measured: every ExecuTorch export failed there)
 )  # fmt: skip
 def _patch_moe_experts_batched_mm(original: Callable) -> Callable:
     """Run transformers' mixture-of-experts layers with the ``batched_mm`` experts instead of ``grouped_mm``.

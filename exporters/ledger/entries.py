@@ -97,6 +97,11 @@ class Repro:
     export: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     seed: int | None = None
     script: Path | None = None
+    # A slowness entry's failure is "too slow": its export fails once it runs past this many seconds (a
+    # re-run is killed then, whatever the audit's --timeout), so a long --timeout never reads as a fix.
+    budget_s: float | None = None
+    # Weight re-initialisations applied to the built model, in order ([[entry.repro.init]] tables).
+    init: tuple[Mapping[str, Any], ...] = ()
 
     def modes(self, scope: str) -> list[bool]:
         """The ``dynamic`` flags to re-run: the scope's, narrowed by ``export.dynamic`` when given."""

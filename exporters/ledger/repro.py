@@ -13,7 +13,9 @@ without one, the default tiny model is the reproducer, as before.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
+import inspect
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from typing import Any
 import torch
 
 from exporters.ledger import LedgerEntry, Repro
+from exporters.padding import padded_mask
 
 __all__ = ["ReproError", "Reproducer", "build_reproducer", "exporter_options", "run_eager"]
 
@@ -69,9 +72,10 @@ def build_reproducer(entry: LedgerEntry | None, model_class: str, seed: int = 0)
         config = _config(entry, model_class, repro.config) if repro.config else None
         batch, sequence = repro.inputs.get("batch", BATCH), repro.inputs.get("sequence", SEQUENCE)
         tiny = build_tiny(model_class, seed, batch=batch, sequence=sequence, config=config)
-        model, inputs = tiny.model, _reshaped(entry, tiny.inputs, repro, seed)
+        model, inputs = tiny.model, _reshaped(entry, tiny.model, tiny.inputs, repro, seed)
+        _reinitialised(entry, model, inputs, repro.init, seed)
         options = builder_export_options(tiny.static_dims) | options
-        source = "tiny model with " + ", ".join(k for k in ("config", "inputs", "export") if getattr(repro, k))
+        source = "tiny model with " + ", ".join(k for k in ("config", "inputs", "init", "export") if getattr(repro, k))
     return Reproducer(entry.id, model_class, model, inputs, options, seed, source)
 
 
@@ -154,9 +158,21 @@ def _apply(config: Any, overrides: Mapping[str, Any]) -> None:
 
 
 # ── Input overrides ──
-def _reshaped(entry: LedgerEntry, inputs: dict[str, Any], repro: Repro, seed: int) -> dict[str, Any]:
-    """The sample inputs with ``image_size`` and per-input ``shapes`` applied (fresh values, same kinds)."""
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int64": torch.long,
+           "int32": torch.int32, "bool": torch.bool}  # fmt: skip
+
+
+def _reshaped(
+    entry: LedgerEntry, model: torch.nn.Module, inputs: dict[str, Any], repro: Repro, seed: int
+) -> dict[str, Any]:
+    """The sample inputs with ``image_size``, per-input ``shapes`` and ``values`` applied.
+
+    An input named in ``shapes`` or ``values`` is drawn fresh (same kind as the sample's; a forward argument
+    the tiny builder does not make, such as SegGPT's ``prompt_pixel_values``, at its ``shapes`` entry and
+    ``values.NAME.dtype``): floats from a normal distribution (or uniform in ``range``), integers within
+    ``range`` (else the sample's own range), masks all ones unless ``padding`` says left or right."""
     shapes = {name: tuple(shape) for name, shape in repro.inputs.get("shapes", {}).items()}
+    values: Mapping[str, Mapping[str, Any]] = repro.inputs.get("values", {})
     size = repro.inputs.get("image_size")
     if size is not None:
         pixels = inputs.get("pixel_values")
@@ -166,22 +182,95 @@ def _reshaped(entry: LedgerEntry, inputs: dict[str, Any], repro: Repro, seed: in
         shapes.setdefault("pixel_values", (*pixels.shape[:2], height, width))
     generator = torch.Generator().manual_seed(seed)
     reshaped = dict(inputs)
-    for name, shape in shapes.items():
+    accepted = _forward_arguments(model)
+    for name in dict.fromkeys([*shapes, *values]):
         old = inputs.get(name)
-        if not isinstance(old, torch.Tensor):
-            known = ", ".join(inputs)
-            raise ReproError(f"entry {entry.id!r}: inputs.shapes.{name}: the model takes no tensor {name!r} ({known})")
-        reshaped[name] = _fresh(name, old, shape, generator)
+        if old is not None and not isinstance(old, torch.Tensor):
+            raise ReproError(f"entry {entry.id!r}: inputs.{name}: the sample's {name!r} is not a tensor")
+        if old is None and name not in accepted:
+            known = ", ".join(sorted(accepted)) or "none"
+            raise ReproError(f"entry {entry.id!r}: inputs.{name}: {type(model).__name__}.forward takes no {name!r} "
+                             f"(it takes {known})")  # fmt: skip
+        shape = shapes.get(name, tuple(old.shape) if old is not None else None)
+        if shape is None:
+            raise ReproError(f"entry {entry.id!r}: inputs.values.{name}: the sample has no {name!r}; give its shape "
+                             f"in inputs.shapes.{name}")  # fmt: skip
+        reshaped[name] = _fresh(entry, name, old, shape, values.get(name, {}), generator)
     return reshaped
 
 
-def _fresh(name: str, like: torch.Tensor, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    if like.is_floating_point():
-        return torch.randn(shape, generator=generator, dtype=like.dtype)
-    if name.endswith("mask"):
-        return torch.ones(shape, dtype=like.dtype)
-    low, high = int(like.min()), int(like.max()) + 1
-    return torch.randint(low, high, shape, generator=generator, dtype=like.dtype)
+def _forward_arguments(model: torch.nn.Module) -> set[str]:
+    """The keyword arguments the model's forward accepts (a ``**kwargs`` forward accepts any name it lists)."""
+    return {name for name in inspect.signature(model.forward).parameters if name not in ("self", "kwargs")}
+
+
+def _fresh(
+    entry: LedgerEntry, name: str, like: torch.Tensor | None, shape: tuple[int, ...], value: Mapping[str, Any],
+    generator: torch.Generator,
+) -> torch.Tensor:  # fmt: skip
+    dtype = _DTYPES[value["dtype"]] if "dtype" in value else like.dtype if like is not None else torch.float32
+    if "padding" in value:
+        if len(shape) != 2:
+            raise ReproError(f"entry {entry.id!r}: inputs.values.{name}.padding needs a 2-d mask, the shape is {list(shape)}")
+        return padded_mask(shape[0], shape[1], value["padding"], value.get("padded")).to(dtype)
+    if dtype.is_floating_point:
+        if "range" in value:
+            low, high = value["range"]
+            return (torch.rand(shape, generator=generator) * (high - low) + low).to(dtype)
+        return torch.randn(shape, generator=generator).to(dtype)
+    if dtype == torch.bool:
+        return torch.ones(shape, dtype=dtype)
+    if name.endswith("mask") and "range" not in value:
+        return torch.ones(shape, dtype=dtype)
+    if "range" in value:
+        low, high = (int(bound) for bound in value["range"])
+    elif like is not None:
+        low, high = int(like.min()), int(like.max()) + 1
+    else:
+        raise ReproError(f"entry {entry.id!r}: inputs.values.{name}: an integer input the sample lacks needs a 'range'")
+    return torch.randint(low, high, shape, generator=generator, dtype=dtype)
+
+
+# ── Weight re-initialisation ──
+def _reinitialised(
+    entry: LedgerEntry, model: torch.nn.Module, inputs: dict[str, Any], rules: Sequence[Mapping[str, Any]], seed: int
+) -> None:
+    """Apply ``[[entry.repro.init]]`` rules in order (seeded), to every module whose class is named; then
+    recalibrate BatchNorm statistics on the inputs, which the new weights changed (exporters.tiny)."""
+    if not rules:
+        return
+    from exporters.tiny.initialisation import calibrate_batch_norms
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    for number, rule in enumerate(rules, start=1):
+        wanted, parameter = set(rule["modules"]), rule.get("parameter", "weight")
+        targets = [module for module in model.modules() if type(module).__name__ in wanted]
+        tensors = [getattr(m, parameter) for m in targets if isinstance(getattr(m, parameter, None), torch.Tensor)]
+        if not tensors:
+            raise ReproError(f"entry {entry.id!r}: init #{number}: no {'/'.join(sorted(wanted))} module with a "
+                             f"{parameter!r} tensor in {type(model).__name__}")  # fmt: skip
+        with torch.no_grad():
+            for tensor in tensors:
+                tensor.copy_(_drawn(rule, tensor, generator))
+    calibrate_batch_norms(model, inputs)
+
+
+def _drawn(rule: Mapping[str, Any], like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """New values for one parameter by ``rule`` (kaiming: fan-in, ReLU gain, as torch.nn.init computes it)."""
+    kind = rule["rule"]
+    if kind == "constant":
+        return torch.full_like(like, float(rule["value"]))
+    if kind == "uniform":
+        low, high = rule["range"]
+        return torch.rand(like.shape, generator=generator, dtype=like.dtype) * (high - low) + low
+    if kind == "normal":
+        return torch.randn(like.shape, generator=generator, dtype=like.dtype) * rule["std"] + rule.get("mean", 0.0)
+    fan_in = like[0].numel() if like.dim() > 1 else like.numel()
+    std = math.sqrt(2.0 / fan_in)
+    if kind == "kaiming_normal":
+        return torch.randn(like.shape, generator=generator, dtype=like.dtype) * std
+    bound = math.sqrt(3.0) * std  # kaiming_uniform
+    return (torch.rand(like.shape, generator=generator, dtype=like.dtype) * 2 - 1) * bound
 
 
 # ── Scripts ──

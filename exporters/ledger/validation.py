@@ -111,15 +111,23 @@ def _check_repro_table(value: Any, list_name: str) -> str | None:
 
 
 # ── Validation of ``[entry.repro]``: (key path, message) pairs, so each message points at its line ──
-_REPRO_KEYS = ("config", "inputs", "export", "seed", "script")
-_INPUT_KEYS = ("batch", "sequence", "image_size", "shapes")
+_REPRO_KEYS = ("config", "inputs", "export", "seed", "script", "budget_s", "init")
+_INPUT_KEYS = ("batch", "sequence", "image_size", "shapes", "values")
+# [entry.repro.inputs.values.NAME]: how one input's values are drawn (exporters.ledger.repro).
+_VALUE_KEYS = ("padding", "padded", "range", "dtype")
+VALUE_DTYPES = ("float32", "float16", "bfloat16", "int64", "int32", "bool")
+# [[entry.repro.init]]: a weight re-initialisation; each rule's own keys besides modules and parameter.
+INIT_RULES: dict[str, tuple[str, ...]] = {
+    "kaiming_normal": (), "kaiming_uniform": (), "normal": ("mean", "std"), "uniform": ("range",),
+    "constant": ("value",),
+}  # fmt: skip
 # Export options a reproducer may set, per backend; each maps to a field of that exporter's config.
 REPRO_EXPORT_OPTIONS: dict[str, dict[str, type]] = {
     "dynamo": {"dynamic": bool, "strict": bool},
     "onnx": {"dynamic": bool, "optimize": bool, "opset_version": int, "quantize": str},
     "executorch": {"dynamic": bool, "max_batch": int, "max_sequence": int, "et_backend": str, "quantize": str},
 }
-_REPRO_HEADER = re.compile(r"\s*\[\s*entry\s*\.\s*repro\b")
+_REPRO_HEADER = re.compile(r"\s*\[\[?\s*entry\s*\.\s*repro\b")  # [entry.repro...] or [[entry.repro.init]]
 _SCRIPT = re.compile(r"registry/repro/([A-Za-z0-9_-]+\.py)")
 RePath = tuple[str, ...]
 
@@ -156,12 +164,77 @@ def _inputs_problems(inputs: Mapping[str, Any]) -> list[tuple[RePath, str]]:
         )
     shapes = inputs.get("shapes", {})
     if not isinstance(shapes, dict):
-        return [*problems, (("inputs", "shapes"), "'inputs.shapes' must be a table: input name = [dims]")]
+        problems.append((("inputs", "shapes"), "'inputs.shapes' must be a table: input name = [dims]"))
+        shapes = {}
     for name, shape in shapes.items():
         if not (isinstance(shape, list) and shape and all(map(_positive_int, shape))):
             problems.append(
                 (("inputs", "shapes", name), f"'inputs.shapes.{name}' must be a non-empty array of positive integers, got {shape!r}")
             )
+    values = inputs.get("values", {})
+    if not isinstance(values, dict) or not all(isinstance(v, dict) for v in values.values()):
+        return [*problems, (("inputs", "values"), "'inputs.values' must hold one table per input ([entry.repro.inputs.values.NAME])")]
+    for name, table in values.items():
+        problems += _value_problems(name, table)
+    return problems
+
+
+def _pair(value: Any) -> bool:
+    numbers = isinstance(value, list) and len(value) == 2 and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    return numbers and value[0] < value[1]
+
+
+def _value_problems(name: str, table: Mapping[str, Any]) -> list[tuple[RePath, str]]:
+    """One ``[entry.repro.inputs.values.NAME]`` table: a padded mask, a value range, the dtype of a new input."""
+    where = ("inputs", "values", name)
+    label = f"'inputs.values.{name}"
+    problems: list[tuple[RePath, str]] = [
+        ((*where, k), f"{label}.{k}': unknown key (allowed: {', '.join(_VALUE_KEYS)})") for k in table if k not in _VALUE_KEYS
+    ]
+    if "padding" in table and table["padding"] not in ("left", "right"):
+        problems.append(((*where, "padding"), f"{label}.padding' must be 'left' or 'right', got {table['padding']!r}"))
+    if "padded" in table and not _positive_int(table["padded"]):
+        problems.append(((*where, "padded"), f"{label}.padded' must be a positive integer, got {table['padded']!r}"))
+    if "padded" in table and "padding" not in table:
+        problems.append(((*where, "padded"), f"{label}.padded' needs 'padding' (left or right)"))
+    if "range" in table and not _pair(table["range"]):
+        problems.append(((*where, "range"), f"{label}.range' must be [low, high] with low < high, got {table['range']!r}"))
+    if "range" in table and "padding" in table:
+        problems.append(((*where, "range"), f"{label}': a padded mask takes no 'range'"))
+    if "dtype" in table and table["dtype"] not in VALUE_DTYPES:
+        problems.append(((*where, "dtype"), f"{label}.dtype' must be one of {', '.join(VALUE_DTYPES)}, got {table['dtype']!r}"))
+    return problems
+
+
+def _init_problems(rules: Any) -> list[tuple[RePath, str]]:
+    """``[[entry.repro.init]]``: each a table naming the modules it re-initialises and a known rule."""
+    if not isinstance(rules, list) or not rules or not all(isinstance(r, dict) for r in rules):
+        return [(("init",), "'init' must be an array of tables ([[entry.repro.init]]: modules, rule, ...)")]
+    problems: list[tuple[RePath, str]] = []
+    for number, rule in enumerate(rules, start=1):
+        where, label = ("init",), f"init #{number}"
+        kind = rule.get("rule")
+        if kind not in INIT_RULES:
+            problems.append((where, f"{label}: 'rule' must be one of {', '.join(INIT_RULES)}, got {kind!r}"))
+            continue
+        allowed = ("modules", "rule", "parameter", *INIT_RULES[kind])
+        problems += [(where, f"{label}: unknown key {k!r} for rule {kind!r} (allowed: {', '.join(allowed)})")
+                     for k in rule if k not in allowed]  # fmt: skip
+        modules = rule.get("modules")
+        if not (isinstance(modules, list) and modules and all(isinstance(m, str) and m.isidentifier() for m in modules)):
+            problems.append((where, f"{label}: 'modules' must be a non-empty array of module class names, got {modules!r}"))
+        if "parameter" in rule and not (isinstance(rule["parameter"], str) and rule["parameter"].isidentifier()):
+            problems.append((where, f"{label}: 'parameter' must be a parameter name, got {rule['parameter']!r}"))
+        missing = [k for k in INIT_RULES[kind] if k not in rule and not (kind == "normal" and k == "mean")]
+        if missing:
+            problems.append((where, f"{label}: rule {kind!r} needs {', '.join(map(repr, missing))}"))
+        for key in ("mean", "std", "value"):
+            if key in rule and not (isinstance(rule[key], int | float) and not isinstance(rule[key], bool)):
+                problems.append((where, f"{label}: {key!r} must be a number, got {rule[key]!r}"))
+        if "std" in rule and isinstance(rule["std"], int | float) and rule["std"] <= 0:
+            problems.append((where, f"{label}: 'std' must be positive, got {rule['std']!r}"))
+        if "range" in rule and not _pair(rule["range"]):
+            problems.append((where, f"{label}: 'range' must be [low, high] with low < high, got {rule['range']!r}"))
     return problems
 
 
@@ -217,6 +290,11 @@ def _repro_problems(repro: Mapping[str, Any], backend: str, scope: str, list_nam
         problems += _export_problems(repro["export"], backend, scope, list_name)
     if "seed" in repro and not (isinstance(repro["seed"], int) and not isinstance(repro["seed"], bool) and repro["seed"] >= 0):
         problems.append((("seed",), f"'seed' must be a non-negative integer, got {repro['seed']!r}"))
+    budget = repro.get("budget_s")
+    if "budget_s" in repro and not (isinstance(budget, int | float) and not isinstance(budget, bool) and budget > 0):
+        problems.append((("budget_s",), f"'budget_s' must be a positive number of seconds, got {budget!r}"))
+    if "init" in repro:
+        problems += _init_problems(repro["init"])
     if "script" in repro:
         script = repro["script"]
         match = _SCRIPT.fullmatch(script) if isinstance(script, str) else None
@@ -224,7 +302,7 @@ def _repro_problems(repro: Mapping[str, Any], backend: str, scope: str, list_nam
             problems.append((("script",), f"'script' must be a path 'registry/repro/NAME.py', got {script!r}"))
         elif not (registry_dir / "repro" / match.group(1)).is_file():
             problems.append((("script",), f"'script' {script!r}: no such file {registry_dir / 'repro' / match.group(1)}"))
-        clash = [k for k in ("config", "inputs") if k in repro]
+        clash = [k for k in ("config", "inputs", "init") if k in repro]
         if clash:
             problems.append((("script",), f"'script' builds the model and inputs itself: drop {', '.join(map(repr, clash))}"))
     if not repro:
@@ -240,6 +318,8 @@ def _make_repro(repro: Mapping[str, Any], registry_dir: Path) -> Repro:
         export=dict(repro.get("export", {})),
         seed=repro.get("seed"),
         script=registry_dir / "repro" / script.removeprefix("registry/repro/") if script else None,
+        budget_s=float(repro["budget_s"]) if "budget_s" in repro else None,
+        init=tuple(dict(rule) for rule in repro.get("init", ())),
     )
 
 
@@ -249,7 +329,7 @@ def _repro_line(lines: Sequence[str], start: int, end: int, where: RePath) -> in
     header_at, depth_found = None, 0
     for depth in range(len(where) + 1):
         dotted = r"\s*\.\s*".join(re.escape(part) for part in ("entry", "repro", *where[:depth]))
-        header = re.compile(rf"\s*\[\s*{dotted}\s*\]")
+        header = re.compile(rf"\s*\[\[?\s*{dotted}\s*\]")
         found = next((i for i in range(start, end) if header.match(lines[i])), None)
         if found is not None:
             header_at, depth_found = found, depth
