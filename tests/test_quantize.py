@@ -355,6 +355,25 @@ def test_a_quantized_generation_bundle_generates_float_greedy_tokens_in_a_fresh_
     assert json.loads(completed.stdout.strip().splitlines()[-1]) == export.tokens.quantized_tokens
 
 
+def test_generate_judges_a_quantized_bundle_against_float_by_its_floor_not_token_for_token(tmp_path, trained_llama):
+    """`exportbot generate` on a quantized bundle: float eager's tokens are its quality (steps equal before the
+    first divergence, the same count its export recorded on the same prompts), not a token-for-token verdict,
+    which int4 on random prompts (a near-tie moved) would fail."""
+    from bot.run.generation import export_generation
+
+    export = export_generation(str(trained_llama), "onnx", tmp_path / "bundle", quantize=QuantizeConfig("int4"))
+    assert export.status == PASS and 4 <= export.tokens.equal_steps < 16, export.tokens.detail  # diverges, above 4
+    result = _cli("generate", str(tmp_path / "bundle"), "--json")
+    assert result.exit_code == 0, result.output
+    tokens = json.loads(result.output)["float_comparison"]
+    assert (tokens["status"], tokens["equal_steps"]) == (PASS, export.tokens.equal_steps)
+    assert tokens["first_divergence"] == export.tokens.first_divergence
+    strict = json.loads((tmp_path / "bundle" / "export.json").read_text())
+    strict["quantization"]["config"]["min_equal_tokens"] = 16  # the floor it was exported with, tightened
+    (tmp_path / "bundle" / "export.json").write_text(json.dumps(strict))
+    assert _cli("generate", str(tmp_path / "bundle")).exit_code == 1
+
+
 def test_greedy_tokens_below_the_threshold_fail_a_quantized_generation_bundle(trained_llama):
     from bot.run.generation import build_generation_model
     from exporters.generation.components import sample_prompts

@@ -9,6 +9,7 @@ the ``source`` the manifest records).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -126,7 +127,8 @@ def generate_command(directory: Path, prompts: tuple[str, ...], prompt_length: i
     Prompts are text (--prompt, with the checkpoint's tokenizer saved in the bundle) or random token ids
     (speech models: random features). Prints the new tokens (and text), decode steps/s and tokens/s, and,
     unless --no-compare or --sample, eager generate()'s tokens for the same prompts and the verdict (exit 1
-    on a mismatch). The bundle needs nothing outside its directory: copied elsewhere, it generates the same.
+    on a mismatch). A quantized bundle's tokens are compared with float eager's as its quality: steps equal
+    before the first divergence, exit 1 only below the floor it was exported with (docs/quantization.md). The bundle needs nothing outside its directory: copied elsewhere, it generates the same.
     Make one with `exportbot export LlamaForCausalLM --task text-generation --backend onnx --out out/llama-gen`.
 
     \b
@@ -171,7 +173,11 @@ def generate_command(directory: Path, prompts: tuple[str, ...], prompt_length: i
         result["prompts"] = list(prompts)
         result["text"] = bundle.tokenizer.batch_decode(output.tokens, skip_special_tokens=True)
     status = "pass"
-    if eager is not None:
+    if eager is not None and bundle.metadata.quantization:
+        tokens = float_tokens_quality(bundle, eager, inputs, output.tokens)
+        result["float_comparison"] = dataclasses.asdict(tokens)
+        status = "mismatch" if tokens.status == "mismatch" else "pass"
+    elif eager is not None:
         from exporters.generation.check import check_generation
 
         check = check_generation(eager, bundle, inputs, max_new_tokens=max_new_tokens)
@@ -183,6 +189,19 @@ def generate_command(directory: Path, prompts: tuple[str, ...], prompt_length: i
         _print_generation(result)
     if status != "pass":
         sys.exit(EXIT_FAILED)
+
+
+def float_tokens_quality(bundle: Any, eager: Any, inputs: dict[str, Any], tokens: Any) -> Any:
+    """A quantized bundle's greedy tokens against the float model's: its quality, held to the floor it was
+    exported with (docs/quantization.md). Token for token against float eager is not the bundle's fidelity:
+    4-bit weights may move a near-tie, which the export judged and recorded."""
+    from exporters.generation.check import token_quality
+    from exporters.quantize.schemes import QuantizeConfig
+
+    layout, record = bundle.metadata.generation, bundle.metadata.quantization
+    floor = QuantizeConfig.recorded(record["config"]).thresholds(bundle.metadata.backend)["min_equal_tokens"]
+    random_weights = not layout.get("source", {}).get("weights", False)  # a tiny model, or no weights saved
+    return token_quality(eager, layout, inputs, tokens, floor, random_weights)
 
 
 def load_bundle(directory: Path) -> Any:
@@ -268,6 +287,9 @@ def _print_generation(result: dict[str, Any]) -> None:
     check = result.get("eager_comparison")
     if check is not None:
         console.print(f"eager generate(): {check['status']}: {check['detail']}")
+    tokens = result.get("float_comparison")
+    if tokens is not None:
+        console.print(f"greedy tokens vs float eager (quality): {tokens['status']}: {tokens['detail']}")
 
 
 def rerun_generation_command(entry: LedgerEntry, model: str, backend: str, out_dir: Path | None,

@@ -205,15 +205,16 @@ def check_generation(model: torch.nn.Module, bundle: Any, inputs: dict[str, torc
 
 
 def token_quality(float_model: torch.nn.Module, layout: dict[str, Any], inputs: dict[str, torch.Tensor],
-                  check: GenerationCheck, min_equal: int, random_weights: bool = False) -> TokenQuality:
-    """A quantized bundle's greedy tokens (those ``check`` generated) against float eager greedy generation on
-    the same prompts: steps equal before the first divergence; ``inconclusive`` when float greedy repeats one
-    token in every row, float eager predicts nothing, or the caller knows the weights are random."""
+                  quantized_tokens: torch.Tensor, min_equal: int, random_weights: bool = False) -> TokenQuality:
+    """A quantized bundle's greedy tokens ``[batch, new]`` (its validation's, or ``exportbot generate``'s)
+    against float eager greedy generation on the same prompts: steps equal before the first divergence;
+    ``inconclusive`` when float greedy repeats one token in every row, float eager predicts nothing, or the
+    caller knows the weights are random."""
     from exporters.quantize.record import RANDOM_WEIGHTS
 
-    float_tokens, logits, _seconds = eager_generate(float_model, layout, inputs, check.new_tokens)
+    float_tokens, logits, _seconds = eager_generate(float_model, layout, inputs, int(quantized_tokens.shape[1]))
     meaning = RANDOM_WEIGHTS if random_weights else token_meaning(float_tokens, logits, degenerate(float_tokens))
-    return compare_tokens(float_tokens, torch.tensor(check.exported_tokens), min_equal, meaning)
+    return compare_tokens(float_tokens, quantized_tokens, min_equal, meaning)
 
 
 def degenerate(tokens: torch.Tensor) -> bool:

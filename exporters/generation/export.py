@@ -191,7 +191,8 @@ class GenerationExport:
             references = {name: result.quantization.reference for name, result in self.results.items()}
             self.check = check_generation(self.model, loaded, self.inputs, max_new_tokens=self.new_tokens,
                                           references=references)
-            self.tokens = token_quality(self.model, loaded.metadata.generation, self.inputs, self.check,
+            self.tokens = token_quality(self.model, loaded.metadata.generation, self.inputs,
+                                        torch.tensor(self.check.exported_tokens),
                                         quantization.config.thresholds(self.backend)["min_equal_tokens"],
                                         quantization.random_weights)
         manifest = self.manifest()

@@ -107,6 +107,12 @@ class QuantizeConfig:
                                 "(XNNPACK has no quantized embedding kernel; ExecuTorch keeps it float)")
         return scheme
 
+    @classmethod
+    def recorded(cls, config: Mapping[str, Any]) -> QuantizeConfig:
+        """The config a bundle was exported with, from its ``export.json`` (``quantization.config``; a user's
+        calibration batches are counted there, not stored, and are not needed again)."""
+        return cls(**{name: value for name, value in config.items() if name != "calibration_inputs"})
+
     def thresholds(self, backend: str) -> dict[str, float]:
         """The quality floors in force: the user's where given, else the scheme's."""
         scheme = self.check(backend)
