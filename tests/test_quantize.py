@@ -233,6 +233,16 @@ def test_executorch_8da4w_falls_back_to_per_channel_where_the_group_does_not_div
     assert manifest["validation"]["status"] == "pass"
 
 
+def test_executorch_8da4w_gives_int8_weights_to_a_layer_no_int4_layout_of_xnnpack_takes(tmp_path):
+    """ALBERT's embedding projection is 16 wide: no group of a multiple of 32 fits, a per-channel int4 row
+    included, and XNNPACK refused the whole program ('requires group_size to be a multiple of 32')."""
+    result = _export("executorch", "AlbertModel", QuantizeConfig("8da4w"))
+    manifest = _saved(result, tmp_path / "bundle")
+    assert manifest["quantization"]["int8_fallback"] == ["encoder.embedding_hidden_mapping_in"]
+    assert manifest["quantization"]["per_channel_fallback"] == []
+    assert manifest["validation"]["status"] == "pass"
+
+
 def test_executorch_int8_calibrates_xnnpacks_quantizer_and_matches_the_converted_program(tmp_path):
     """PT2E static int8: the .pte against PyTorch running the converted program's quantize/dequantize ops.
     Without the scalar-dtype workaround XNNPACK's quantizer makes Llama's integer mask arithmetic float."""
@@ -298,6 +308,8 @@ def _cli(*args: str):
     (["--backend", "executorch", "--quantize", "int8", "--task", "text-generation"],
      "generation bundles take a dynamic scheme"),
     (["--backend", "executorch", "--quantize", "8da4w", "--quantize-embeddings"], "only the ONNX schemes quantize"),
+    (["--backend", "executorch", "--quantize", "8da4w", "--group-size", "16"],
+     "XNNPACK's int4 kernels take groups of a multiple of 32 input channels"),
 ])
 def test_quantize_options_that_cannot_work_exit_2_in_one_line_before_any_work(tmp_path, args, message):
     result = _cli("export", "LlamaForCausalLM", *args, "--out", str(tmp_path / "out"))

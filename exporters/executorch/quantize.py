@@ -27,7 +27,7 @@ from torch.export import ExportedProgram
 from exporters.base import StageClock
 from exporters.quantize.calibration import calibration_batches
 from exporters.quantize.record import QuantizedExport
-from exporters.quantize.schemes import QuantizeConfig, QuantizeError
+from exporters.quantize.schemes import XNNPACK_INT4_GROUP_MULTIPLE, QuantizeConfig, QuantizeError
 from exporters.utils import record_hit, register_patch
 
 TORCHAO_SCHEMES = ("8da4w", "8da8w")
@@ -79,21 +79,30 @@ def quantize_with_torchao(model: torch.nn.Module, config: QuantizeConfig) -> Qua
     if not layers:
         raise QuantizeError(f"--quantize {config.scheme}: the model has no nn.Linear layer, so nothing would be quantized")
     bits = torch.int4 if config.scheme == "8da4w" else torch.int8
-    per_group = {n for n, m in layers.items() if config.scheme == "8da4w" and m.in_features % config.group_size == 0}
-    per_channel = sorted(set(layers) - per_group)
-    if per_group:
-        quantize_(quantized, Int8DynamicActivationIntxWeightConfig(weight_dtype=bits,
-                                                                   weight_granularity=PerGroup(config.group_size)),
-                  filter_fn=lambda _module, name: name in per_group)
-    if per_channel:
-        quantize_(quantized, Int8DynamicActivationIntxWeightConfig(weight_dtype=bits, weight_granularity=PerAxis(0)),
-                  filter_fn=lambda _module, name: name in per_channel)
+    widths = {name: module.in_features for name, module in layers.items()}
+    per_group, per_channel, eight_bit = int4_layouts(widths, config.group_size) if bits == torch.int4 else \
+        (set(), set(), set(layers))
+    for names, dtype, granularity in ((per_group, torch.int4, PerGroup(config.group_size)),
+                                      (per_channel, torch.int4, PerAxis(0)), (eight_bit, torch.int8, PerAxis(0))):
+        if names:
+            quantize_(quantized, Int8DynamicActivationIntxWeightConfig(weight_dtype=dtype, weight_granularity=granularity),
+                      filter_fn=lambda _module, name, names=names: name in names)
     grouping = f"PerGroup({config.group_size})" if config.scheme == "8da4w" else "PerAxis(0)"
     return QuantizedExport(
         config, "executorch", quantized.eval(),
         f"torchao Int8DynamicActivationIntxWeightConfig(weight_dtype={bits}, weight_granularity={grouping})",
-        quantized=sorted(layers), per_channel=per_channel if config.scheme == "8da4w" else [],
-        kept_float=unquantized_matmul_layers(quantized))
+        quantized=sorted(layers), per_channel=sorted(per_channel),
+        int8_fallback=sorted(eight_bit) if bits == torch.int4 else [], kept_float=unquantized_matmul_layers(quantized))
+
+
+def int4_layouts(widths: dict[str, int], group_size: int) -> tuple[set[str], set[str], set[str]]:
+    """Each layer's int4 layout on XNNPACK, by its input width: groups of ``group_size``; else one group of the
+    whole row (one scale per output channel) where the width is a multiple of 32; else none exists, and the
+    layer gets int8 weights, one scale per output channel (XNNPACK takes any width there)."""
+    per_group = {name for name, width in widths.items() if width % group_size == 0}
+    per_channel = {name for name, width in widths.items() if name not in per_group
+                   and width % XNNPACK_INT4_GROUP_MULTIPLE == 0}
+    return per_group, per_channel, set(widths) - per_group - per_channel
 
 
 def quantize_with_pt2e(program: ExportedProgram, inputs: dict[str, Any], config: QuantizeConfig,

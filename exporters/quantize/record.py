@@ -37,6 +37,7 @@ class QuantizedExport:
     method: str  # the quantizer and its settings, in words
     quantized: list[str] = field(default_factory=list)  # the layers (modules, or ONNX nodes) quantized
     per_channel: list[str] = field(default_factory=list)  # 8da4w layers whose width the group does not divide
+    int8_fallback: list[str] = field(default_factory=list)  # 8da4w layers no int4 layout of XNNPACK takes (int8)
     kept_float: dict[str, str] = field(default_factory=dict)  # a layer left in float, and why
     calibration_batches: int = 0
     steps: dict[str, float] = field(default_factory=dict)  # output -> its largest 8-bit step seen (fidelity)
@@ -89,6 +90,7 @@ class QuantizedExport:
             "method": self.method,
             "quantized": len(self.quantized),
             "per_channel_fallback": self.per_channel,
+            "int8_fallback": self.int8_fallback,
             "kept_float": self.kept_float,
             "calibration_batches": self.calibration_batches,
             "fidelity": self.fidelity(max_abs_diff or {}),

@@ -57,6 +57,9 @@ SCHEMES: dict[tuple[str, str], Scheme] = {
 
 # The group and block sizes XNNPACK's and ONNX Runtime's kernels take.
 GROUP_SIZES = (16, 32, 64, 128, 256)
+# XNNPACK's int4 weights come in groups of a multiple of 32 input channels, a per-channel one included (a group
+# spanning the whole row): executorch/backends/xnnpack/operators/node_visitor.py, _check_per_channel_group_params.
+XNNPACK_INT4_GROUP_MULTIPLE = 32
 
 
 def schemes_of(backend: str) -> list[str]:
@@ -94,6 +97,9 @@ class QuantizeConfig:
         if self.group_size not in GROUP_SIZES or self.block_size not in GROUP_SIZES:
             raise QuantizeError(f"--group-size and --block-size take {', '.join(map(str, GROUP_SIZES))}; got "
                                 f"{self.group_size} and {self.block_size}")
+        if backend == "executorch" and self.scheme == "8da4w" and self.group_size % XNNPACK_INT4_GROUP_MULTIPLE:
+            raise QuantizeError(f"--group-size {self.group_size}: XNNPACK's int4 kernels take groups of a multiple "
+                                f"of {XNNPACK_INT4_GROUP_MULTIPLE} input channels")
         if self.calibration < 0:
             raise QuantizeError(f"--calibration must be 0 or more, got {self.calibration}")
         for name in ("min_cosine", "min_top1"):
