@@ -243,6 +243,16 @@ def test_executorch_8da4w_gives_int8_weights_to_a_layer_no_int4_layout_of_xnnpac
     assert manifest["validation"]["status"] == "pass"
 
 
+def test_executorch_8da4w_keeps_a_linear_with_a_forward_of_its_own_float(tmp_path):
+    """FalconLinear computes input @ weight.T itself; torchao's quantized weight has no permute, and the export
+    failed (NotImplementedError: IntxUnpackedToInt8Tensor ... aten.permute). Its layers stay float, recorded."""
+    result = _export("executorch", "FalconForCausalLM", QuantizeConfig("8da4w"))
+    manifest = _saved(result, tmp_path / "bundle")
+    kept = manifest["quantization"]["kept_float"]
+    assert kept and all("FalconLinear computes in a forward of its own" in why for why in kept.values())
+    assert manifest["quantization"]["quantized"] >= 1 and manifest["validation"]["status"] == "pass"
+
+
 def test_executorch_int8_calibrates_xnnpacks_quantizer_and_matches_the_converted_program(tmp_path):
     """PT2E static int8: the .pte against PyTorch running the converted program's quantize/dequantize ops.
     Without the scalar-dtype workaround XNNPACK's quantizer makes Llama's integer mask arithmetic float."""

@@ -60,13 +60,21 @@ def quantize_traced(program: ExportedProgram, inputs: dict[str, Any], config: Qu
 
 
 def linear_layers(model: torch.nn.Module) -> dict[str, torch.nn.Linear]:
-    return {name: module for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+    """The layers torchao quantizes: ``nn.Linear`` ones that compute as ``nn.Linear`` does (``F.linear``)."""
+    return {name: module for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and type(module).forward is torch.nn.Linear.forward}
 
 
 def unquantized_matmul_layers(model: torch.nn.Module) -> dict[str, str]:
-    """Layers that multiply by a weight matrix but are no ``nn.Linear`` (GPT-2's ``Conv1D``): torchao leaves them."""
-    return {name: f"{type(module).__name__} is no nn.Linear; torchao quantizes nn.Linear layers only"
+    """Layers that multiply by a weight matrix but that torchao leaves float, and why: GPT-2's ``Conv1D`` (no
+    ``nn.Linear``), and an ``nn.Linear`` subclass with a forward of its own (Falcon's ``FalconLinear`` computes
+    ``input @ self.weight.T``, and torchao's quantized weight has no ``aten.permute``: the export failed)."""
+    kept = {name: f"{type(module).__name__} is no nn.Linear; torchao quantizes nn.Linear layers only"
             for name, module in model.named_modules() if type(module).__name__ == "Conv1D"}
+    return kept | {name: f"{type(module).__name__} computes in a forward of its own (weight.T), which torchao's "
+                         "quantized weight cannot run (no aten.permute)"
+                   for name, module in model.named_modules()
+                   if isinstance(module, torch.nn.Linear) and type(module).forward is not torch.nn.Linear.forward}
 
 
 def quantize_with_torchao(model: torch.nn.Module, config: QuantizeConfig) -> QuantizedExport:
