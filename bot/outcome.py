@@ -84,6 +84,8 @@ class ExportOutcome:
     workaround_off: list[str] = field(default_factory=list)
     registry: str | None = None  # the ledger directory this process read
     options: dict[str, Any] = field(default_factory=dict)  # as recorded in the metadata (ExportOptions.record)
+    # A quantized export's manifest section (docs/quantization.md): scheme, fidelity per output, quality worst.
+    quantization: dict[str, Any] = field(default_factory=dict)
     failed_stage: str | None = None  # the innermost stage an exception left (exporters.stages)
     cause: str | None = None  # the innermost exception, one line
     hint: str | None = None  # what to try next (bot.errors.hint_for)

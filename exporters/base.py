@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import importlib.metadata
 import tempfile
 import time
@@ -67,6 +68,8 @@ def config_as_dict(config: Any) -> dict[str, Any]:
     data = asdict(config)
     data["without"] = sorted(config.without)
     data["dynamic_shapes"] = None if config.dynamic_shapes is None else repr(config.dynamic_shapes)
+    if getattr(config, "quantize", None) is not None:  # a user's calibration batches are counted, not stored
+        data["quantize"] = config.quantize.as_dict()
     return data
 
 
@@ -180,6 +183,9 @@ class ExportResult:
     rtol: float = 1e-4
     make_second_inputs: Callable[[], dict[str, Any] | None] | None = field(default=None, repr=False)
     program: Any = field(default=None, repr=False)  # the torch.export program the artifact came from
+    # A quantized export (exporters.quantize.record.QuantizedExport): validation then compares the artifact with
+    # its PyTorch reference within one output step (fidelity) and with ``model``, the float model (quality).
+    quantization: Any = field(default=None, repr=False)
     validation: ValidationReport | None = None
     # Shapes below the program's proven range (``[(label, inputs)]``: batch 1, sequence 1), made on first read
     # like the second shape; validation decides each dim's minimum with them (exporters.minimum_sizes).
@@ -225,9 +231,12 @@ class ExportResult:
 
     def check_smaller_shapes(self, module: torch.nn.Module, loaded: Any, report: ValidationReport) -> None:
         """Validate ``loaded`` (this export's component, loaded from the written files) at each smaller shape
-        and record each dim's validated minimum in ``self.component`` (exporters.minimum_sizes)."""
+        and record each dim's validated minimum in ``self.component`` (exporters.minimum_sizes). A quantized
+        export is compared there with the same quantization in PyTorch, as at the validated shapes."""
+        module, tolerance = self.reference_of(module)
+
         def run_check(label: str, inputs: dict[str, Any]) -> ShapeCheck:
-            return _check_loaded(label, inputs, module, loaded, self.atol, self.rtol)
+            return _check_loaded(label, inputs, module, loaded, self.atol, self.rtol, tolerance=tolerance)
 
         self.component.dims = copy.deepcopy(self.traced_dims)  # each validation decides anew, from the program's
         component = getattr(loaded, "default", loaded)  # an ExportedModel's one component, or the component
@@ -283,21 +292,42 @@ class ExportResult:
             dynamic=meta.dynamic, exportbot=exportbot_identity(), config=meta.config, versions=meta.versions,
             workarounds_fired=meta.workarounds_fired, workarounds_disabled=meta.workarounds_disabled,
             stage_seconds=meta.stage_seconds, notes=meta.notes, options=meta.options,
+            quantization=self.quantization_record(),
         )
+
+    def quantization_record(self) -> dict[str, Any]:
+        """The manifest's ``quantization`` section ({} for a float export)."""
+        if self.quantization is None:
+            return {}
+        return self.quantization.as_dict(self.validation.max_abs_diff if self.validation is not None else None)
+
+    def reference_of(self, module: torch.nn.Module) -> tuple[torch.nn.Module, Any]:
+        """What the loaded files are compared with, and within what: ``module`` within atol/rtol (None), or
+        for a quantized export the same quantization in PyTorch within one quantization step of each output
+        (exporters.quantize.fidelity)."""
+        if self.quantization is None:
+            return module, None
+        return self.quantization.reference, self.quantization.tolerance(self.atol, self.rtol)
 
     def check_optional_inputs(self, loaded: Any, report: ValidationReport) -> None:
         """Find what eager fills for each optional argument the sample had (``token_type_ids``), validate the
         loaded bundle called without it against eager called without it, and record the fills that passed
-        in ``self.component.optional`` (exporters.optional_inputs)."""
+        in ``self.component.optional`` (exporters.optional_inputs). A quantized export's reference (the same
+        quantization in PyTorch) may be a traced program that takes every argument (PT2E's): it is given the
+        fill, which gives eager's outputs without the argument."""
         self.component.optional = {}
+        reference, tolerance = self.reference_of(self.model)
         component = loaded.default
         for name in optional_arguments(self.model, self.inputs):
             default = eager_default(self.model, self.inputs, name, self.atol, self.rtol)
             if default is None:
                 continue
             without = {k: v for k, v in self.inputs.items() if k != name}
+            expected = reference if self.quantization is None else functools.partial(
+                reference, **{name: torch.full_like(self.inputs[name], default.fill)})
             component.spec.optional[name] = default
-            check = _check_loaded(f"sample shape without {name}", without, self.model, loaded, self.atol, self.rtol)
+            check = _check_loaded(f"sample shape without {name}", without, expected, loaded, self.atol, self.rtol,
+                                  tolerance=tolerance)
             report.omitted_inputs.append(check)
             if check.status == PASS:
                 self.component.optional[name] = default
@@ -324,12 +354,10 @@ class ExportResult:
         written = self._write(directory)
         started = time.perf_counter()
         loaded = load(directory)
-        report = ValidationReport(self.atol, self.rtol)
         cases = [("sample shape", self.inputs)]
         if self.second_inputs is not None:
             cases.append(("second shape", self.second_inputs))
-        for label, inputs in cases:
-            report.shapes.append(_check_loaded(label, inputs, self.model, loaded, self.atol, self.rtol))
+        report = validate_loaded(cases, self.model, loaded, self.atol, self.rtol, self.quantization)
         self.check_smaller_shapes(self.model, loaded, report)
         self.check_optional_inputs(loaded, report)
         _add_stage(self.metadata.stage_seconds, "validation", time.perf_counter() - started)
@@ -340,10 +368,30 @@ class ExportResult:
         return report
 
 
+def validate_loaded(cases: list[tuple[str, dict[str, Any]]], model: torch.nn.Module, loaded: Any, atol: float,
+                    rtol: float, quantization: Any = None, quality_gates: bool = True) -> ValidationReport:
+    """The loaded artifact against ``model`` at each ``(label, inputs)`` case. A quantized export
+    (exporters.quantize.record.QuantizedExport) is compared with its PyTorch reference within one step of each
+    output (fidelity), then with ``model``, the float model (quality, ``report.quality``; recorded without
+    failing the export when not ``quality_gates``: a generation bundle's component)."""
+    report = ValidationReport(atol, rtol)
+    for label, inputs in cases:
+        if quantization is None:
+            report.shapes.append(_check_loaded(label, inputs, model, loaded, atol, rtol))
+        else:
+            report.shapes.append(_check_loaded(label, inputs, quantization.reference, loaded, atol, rtol,
+                                               tolerance=quantization.tolerance(atol, rtol)))
+    if quantization is not None:
+        report.quality = quantization.check_quality(lambda kwargs: loaded(**kwargs), cases, model, quality_gates)
+    return report
+
+
 def _check_loaded(label: str, inputs: dict[str, Any], model: torch.nn.Module, loaded: Any, atol: float,
-                  rtol: float) -> ShapeCheck:
+                  rtol: float, tolerance: Any = None) -> ShapeCheck:
     """``check_shape`` on the loaded bundle, plus a check that it returns eager's structure (same output
-    class, same fields and cache layout), not just tensors in the same order."""
+    class, same fields and cache layout), not just tensors in the same order. With ``tolerance`` (a quantized
+    export's per-output one), eager is not run again in float64 on a mismatch: the miss is in quantization
+    steps, which float32 rounding does not explain."""
     returned: dict[str, Any] = {}
 
     def run_eager(kwargs: Mapping[str, Any]) -> Any:
@@ -363,7 +411,8 @@ def _check_loaded(label: str, inputs: dict[str, Any], model: torch.nn.Module, lo
         wider = copy.deepcopy(model).to(torch.float64)
         return wider(**pytree.tree_map_only(torch.Tensor, widen, copy.deepcopy(dict(kwargs))))
 
-    check = check_shape(label, inputs, run_eager, run_loaded, atol, rtol, run_reference)
+    check = check_shape(label, inputs, run_eager, run_loaded, atol, rtol,
+                        run_reference if tolerance is None else None, tolerance)
     if "loaded" in returned:
         difference = structure_difference(pytree.tree_structure(returned["eager"]),
                                           pytree.tree_structure(returned["loaded"]))

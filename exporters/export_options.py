@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from exporters.quantize.schemes import QuantizeConfig, QuantizeError
 from exporters.tiny import BATCH, SEQUENCE
 
 # Task → the transformers auto classes that pick its head, tried in order.
@@ -118,6 +119,7 @@ class ExportOptions:
     rtol: float | None = None
     dynamic_dims: tuple[DynamicDim, ...] = ()
     pretrained: bool = False
+    quantize: QuantizeConfig | None = None  # docs/quantization.md
     init_scale: float | None = None  # a tiny model's initialisation scales multiplied by it
 
     # ── Checks, before any work ──
@@ -160,11 +162,26 @@ class ExportOptions:
                 f"--max-sequence {max_sequence} is below the sample --sequence-length {self.sequence_length}")
         if self.max_sequence is not None and backend == "executorch" and self.max_sequence < 2:
             raise OptionError("--max-sequence must be at least 2 for ExecuTorch")
+        self.check_quantize(backend, et_backend)
         for dim in self.dynamic_dims:
             if backend == "executorch" and dim.max is None:
                 raise OptionError(f"--dynamic-dim {dim}: ExecuTorch needs an upper bound, e.g. {dim.name}:{dim.axis}:1:64")
             if dim.axis < 0:
                 raise OptionError(f"--dynamic-dim {dim}: AXIS must be 0 or more")
+
+    def check_quantize(self, backend: str, et_backend: str) -> None:
+        """``--quantize``: a scheme of this backend, on XNNPACK for ExecuTorch, in float32 (the schemes quantize
+        from float32 weights; float16 models are not quantized here)."""
+        if self.quantize is None:
+            return
+        try:
+            self.quantize.check(backend)
+        except QuantizeError as error:
+            raise OptionError(str(error)) from None
+        if backend == "executorch" and et_backend != "xnnpack":
+            raise OptionError(f"--quantize {self.quantize.scheme} lowers to XNNPACK; --et-backend is {et_backend}")
+        if self.dtype not in (None, "float32"):
+            raise OptionError(f"--quantize {self.quantize.scheme} quantizes a float32 model; --dtype is {self.dtype}")
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> None:
         """``--dynamic-dim`` names and axes against the sample inputs (known once the model is built)."""
@@ -197,6 +214,8 @@ class ExportOptions:
             settings["rtol"] = self.rtol
         if self.opset is not None:
             settings["opset_version"] = self.opset
+        if self.quantize is not None:
+            settings["quantize"] = self.quantize
         if backend == "executorch":
             for name in ("max_batch", "max_sequence"):
                 if getattr(self, name) is not None:
@@ -281,6 +300,7 @@ class ExportOptions:
         """What the export was made with, resolved (the task and dtype actually used, the tolerances applied)."""
         data = dataclasses.asdict(self)
         data["dynamic_dims"] = [str(d) for d in self.dynamic_dims]
+        data["quantize"] = None if self.quantize is None else self.quantize.as_dict()
         data["task"] = self.task or task_of(class_name)
         data["dtype"] = self.resolved_dtype(backend, et_backend)
         data["model_class"] = class_name
@@ -358,6 +378,9 @@ def resolve_class_name(model: str, task: str | None) -> str:
     return class_for_task(cls.config_class, task) if task is not None else model
 
 
+WEIGHTS_LOADED = "weights loaded from"  # how a built model's note begins when its weights were not random
+
+
 @dataclass
 class BuiltModel:
     """The eager model, its sample inputs, and the class it is (after the task chose the head)."""
@@ -414,12 +437,12 @@ def load_checkpoint(model: str, class_name: str, seed: int, pretrained: bool = F
     cls = model_class(class_name)
     config = transformers.AutoConfig.from_pretrained(source, local_files_only=local or hub.local_only())
     if (local and has_weights(path)) or (not local and pretrained):
-        return cls.from_pretrained(source, local_files_only=local or hub.local_only()).eval(), f"weights loaded from {model}"
+        return cls.from_pretrained(source, local_files_only=local or hub.local_only()).eval(), f"{WEIGHTS_LOADED} {model}"
     torch.manual_seed(seed)
     note = f"random weights (seed {seed}) from {model}'s config" + ("" if local else "; --pretrained loads its weights")
     return cls(config).eval(), note
 
 
 def has_weights(directory: Path) -> bool:
-    """Whether a checkpoint directory holds weights (else a model is random-initialised from its config)."""
+    """A checkpoint directory that holds weights (else its model is random-initialised from the config)."""
     return any(directory.glob("*.safetensors")) or any(directory.glob("pytorch_model*.bin"))

@@ -64,6 +64,7 @@ class OutputCheck:
     max_abs_diff: float | None
     eager_max_abs: float | None
     detail: str = ""
+    atol: float | None = None  # this output's own atol, where it has one (a quantized export's one-step tolerance)
 
 
 @dataclass
@@ -90,6 +91,9 @@ class ValidationReport:
     atol: float
     rtol: float
     shapes: list[ShapeCheck] = field(default_factory=list)
+    # A quantized export's quality against float eager (exporters.quantize.quality.QualityReport): a conclusive
+    # miss of its thresholds fails the export as a mismatch does; an inconclusive one is recorded, not failed.
+    quality: Any = None
     # Shapes below the range torch.export proved (batch 1, a one-token prompt): they decide each dim's
     # validated minimum (exporters.minimum_sizes), not the verdict, which is the sample and second shapes'.
     smaller_shapes: list[ShapeCheck] = field(default_factory=list)
@@ -100,6 +104,8 @@ class ValidationReport:
     @property
     def status(self) -> str:
         statuses = [shape.status for shape in self.shapes]
+        if self.quality is not None and self.quality.failed:
+            statuses.append(MISMATCH)
         for status in (MISMATCH, NONDETERMINISTIC, INCONCLUSIVE):
             if status in statuses:
                 return status
@@ -120,12 +126,13 @@ class ValidationReport:
         return worst
 
     def problems(self) -> list[str]:
-        return [
+        found = [
             f"{shape.label}: {check.name}: {check.status}: {check.detail}"
             for shape in self.shapes
             for check in shape.outputs
             if check.status != PASS
         ]
+        return found + (self.quality.problems() if self.quality is not None else [])
 
     def raise_for_status(self) -> None:
         if not self.passed:
@@ -137,6 +144,8 @@ class ValidationReport:
         for name in ("smaller_shapes", "omitted_inputs"):
             if getattr(self, name):
                 data[name] = [asdict(s) | {"status": s.status} for s in getattr(self, name)]
+        if self.quality is not None:
+            data["quality"] = self.quality.as_dict()
         return data
 
 
@@ -250,6 +259,12 @@ def _same(first: list[tuple[str, torch.Tensor]], second: list[tuple[str, torch.T
     )
 
 
+def _with_own_tolerance(name: str, expected: torch.Tensor, actual: Any,
+                        tolerance: Callable[[str, torch.Tensor], tuple[float, float]]) -> OutputCheck:
+    atol, rtol = tolerance(name, expected)
+    return replace(compare_output(name, expected, actual, atol, rtol), atol=atol)
+
+
 def check_shape(
     label: str,
     inputs: Mapping[str, Any],
@@ -258,12 +273,15 @@ def check_shape(
     atol: float,
     rtol: float,
     run_reference: Callable[[Mapping[str, Any]], Any] | None = None,
+    tolerance: Callable[[str, torch.Tensor], tuple[float, float]] | None = None,
 ) -> ShapeCheck:
     """Run eager twice and the artifact once on ``inputs`` and compare every output by position.
 
     ``run_reference`` (eager in float64) is called only when an output mismatches, to tell an artifact that is
     wrong from eager that is not accurate enough at the elements that miss (``eager_not_accurate_enough``);
-    a reference that fails to run, or gives other outputs, leaves the mismatch as it is."""
+    a reference that fails to run, or gives other outputs, leaves the mismatch as it is. ``tolerance`` gives
+    each output its own ``(atol, rtol)`` from its name and eager value (a quantized export's one output step,
+    exporters.quantize.fidelity), recorded in its check; without it every output takes ``atol``/``rtol``."""
     shapes = {name: list(value.shape) for name, value in inputs.items() if isinstance(value, torch.Tensor)}
     check = ShapeCheck(label, shapes)
     with torch.no_grad():
@@ -278,7 +296,10 @@ def check_shape(
         check.outputs = [OutputCheck("outputs", MISMATCH, None, None,
                                      f"{len(actual)} outputs from the artifact, {len(expected)} from eager")]
         return check
-    check.outputs = [compare_output(n, e, a, atol, rtol) for (n, e), a in zip(expected, actual)]
+    if tolerance is None:
+        check.outputs = [compare_output(n, e, a, atol, rtol) for (n, e), a in zip(expected, actual)]
+    else:
+        check.outputs = [_with_own_tolerance(n, e, a, tolerance) for (n, e), a in zip(expected, actual)]
     if run_reference is not None and any(output.status == MISMATCH for output in check.outputs):
         try:
             with torch.no_grad():

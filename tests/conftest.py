@@ -93,3 +93,15 @@ def executorch_needs():
         return fixed
 
     return check
+
+
+@pytest.fixture(scope="session")
+def trained_llama():
+    """The checkpoint directory of a small Llama trained on a synthetic corpus (exporters.tiny.trained): a model
+    with structure for quality checks. Trained once (about a minute and a half on two busy cores) and cached
+    under the checkout's ``.exportbot-cache/`` by its recipe."""
+    from pathlib import Path
+
+    from exporters.tiny.trained import trained_llama
+
+    return trained_llama(Path(__file__).resolve().parents[1] / ".exportbot-cache")

@@ -23,16 +23,17 @@ LAYERS = {
     "bot.run": {"bot.audit", "bot.sweep", "bot.github"},
     "bot.cli": {"bot.audit", "bot.sweep", "bot.github", "bot.run"},
     "exporters.bundle": set(),
-    "exporters.generation": {"exporters.bundle"},
+    "exporters.quantize": set(),
+    "exporters.generation": {"exporters.bundle", "exporters.quantize"},
     "exporters.dynamo": {"exporters.bundle", "exporters.generation"},
-    "exporters.onnx": {"exporters.bundle", "exporters.generation", "exporters.dynamo"},
-    "exporters.executorch": {"exporters.bundle", "exporters.generation", "exporters.dynamo"},
+    "exporters.onnx": {"exporters.bundle", "exporters.generation", "exporters.dynamo", "exporters.quantize"},
+    "exporters.executorch": {"exporters.bundle", "exporters.generation", "exporters.dynamo", "exporters.quantize"},
     "exporters.tiny": {"exporters.generation"},
-    "exporters.ledger": {"exporters.tiny"},
+    "exporters.ledger": {"exporters.tiny", "exporters.quantize"},
 }
 # The packages that export or run a model; none of them may depend on the model factory.
 EXPORTER_PACKAGES = ("exporters.dynamo", "exporters.onnx", "exporters.executorch", "exporters.bundle",
-                     "exporters.generation")  # fmt: skip
+                     "exporters.generation", "exporters.quantize")  # fmt: skip
 
 
 def module_name(path: Path) -> str:

@@ -356,7 +356,7 @@ def test_report_as_dict_is_json_ready():
     assert report.as_dict() == {
         "status": PASS, "atol": ATOL, "rtol": RTOL,
         "shapes": [{"label": "s", "input_shapes": {}, "outputs": [
-            {"name": "o0", "status": PASS, "max_abs_diff": 0.0, "eager_max_abs": 1.0, "detail": PASS}]}],
+            {"name": "o0", "status": PASS, "max_abs_diff": 0.0, "eager_max_abs": 1.0, "detail": PASS, "atol": None}]}],
     }
 
 

@@ -35,6 +35,7 @@ from bot.audit.pins import BACKEND_STACK, normalize_name, same_release
 from bot.audit.upstream import NOT_FOUND, UpstreamState
 from bot.audit.verification import Verification
 from exporters.ledger import LedgerEntry
+from exporters.ledger.entries import SCOPE_MODES
 from exporters.utils import Workaround
 
 ENTRY = "entry"
@@ -257,4 +258,4 @@ def scope_modes(scope: str) -> list[bool]:
     """The ``dynamic`` flags an entry's scope covers: ``all`` → static and dynamic."""
     # generate: one dynamic re-run, which the child's `export --repro ID` makes a generation export
     # (bot/run/generation.py), never a plain dynamic export that would be the wrong evidence.
-    return {"all": [False, True], "static": [False], "dynamic": [True], "generate": [True]}[scope]
+    return SCOPE_MODES[scope]

@@ -9,6 +9,7 @@ the ``source`` the manifest records).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -30,7 +31,7 @@ def export_generation_command(model: str, target: str, backend: str, task: str, 
                               no_optimize: bool = False, ort_fusions: bool = False, without: tuple[str, ...] = (),
                               ignore_ledger: bool = False,
                               init_scale: float | None = None, try_builds: bool = False, as_json: bool = False,
-                              outcome_json: Path | None = None) -> None:
+                              outcome_json: Path | None = None, quantize: Any = None) -> None:
     """``exportbot export MODEL --task <generation task>``: progress on stderr, the bundle's table (or with
     ``--json`` the outcome record) on stdout, every failure one line (and ``OUT.failed.json``), exit 1 unless it
     passed. ``target`` is what is built: MODEL, or the generating head the task gives a class name (BertModel →
@@ -51,8 +52,8 @@ def export_generation_command(model: str, target: str, backend: str, task: str, 
             export = recorded_generation(
                 outcome, out_dir, display, usage_raises=True, task=task, seed=seed, batch_size=batch_size,
                 prompt_length=sequence_length, max_cache_len=max_sequence, et_backend=et_backend or "xnnpack",
-                optimize=not no_optimize, ort_fusions=ort_fusions, without=without, ignore_ledger=ignore_ledger, init_scale=init_scale,
-                try_builds=try_builds)
+                optimize=not no_optimize, ort_fusions=ort_fusions, without=without, ignore_ledger=ignore_ledger,
+                init_scale=init_scale, try_builds=try_builds, quantize=quantize)
     except LedgerSkip as skip:
         click.echo(f"{target}: {skip}\nUse --ignore-ledger to try the export anyway.")
         sys.exit(EXIT_FAILED)
@@ -72,16 +73,26 @@ def print_export(console: Console, model: str, target: str, backend: str, export
     """The components (verdict, their export and validation seconds, inputs), the token comparison, the time."""
     head = f"{model} ({target})" if target != model else model
     table = Table(title=f"{head} → {backend} (generation): {export.status}", title_justify="left")
-    for column in ("component", "validation", "export s", "validate s", "inputs"):
+    quantized = export.quantization is not None
+    for column in ("component", "validation", "export s", "validate s", "inputs",
+                   *(("fidelity steps", "quality") if quantized else ())):
         table.add_column(column, overflow="fold")
     for name, result in export.results.items():
         stages = result.metadata.stage_seconds
         status = result.validation.status if result.validation else "not validated"
-        table.add_row(name, status, f"{stages.get('total', 0.0):.1f}", f"{stages.get('validation', 0.0):.1f}",
-                      ", ".join(result.component.arguments[:4]) + (" …" if len(result.component.arguments) > 4 else ""))
+        row = [name, status, f"{stages.get('total', 0.0):.1f}", f"{stages.get('validation', 0.0):.1f}",
+               ", ".join(result.component.arguments[:4]) + (" …" if len(result.component.arguments) > 4 else "")]
+        if quantized:
+            record = result.quantization_record()
+            row.append(f"{max((f['steps'] for f in record['fidelity'].values()), default=0.0):.3f}")
+            row.append((record["quality"] or {}).get("summary", "not validated"))
+        table.add_row(*row)
     console.print(table)
     if export.check is not None:
-        console.print(f"generate vs eager: {export.check.status}: {export.check.detail}")
+        against = "the same quantization in eager" if export.quantization is not None else "eager"
+        console.print(f"generate vs {against}: {export.check.status}: {export.check.detail}")
+    if export.tokens is not None:
+        console.print(f"greedy tokens vs float eager: {export.tokens.status}: {export.tokens.detail}")
     console.print(f"time: {seconds:.1f}s in all (building the model, both exports, validation, the token comparison)",
                   highlight=False)
     if export.status == "pass":
@@ -120,7 +131,8 @@ def generate_command(directory: Path, prompts: tuple[str, ...], prompt_length: i
     Prompts are text (--prompt, with the checkpoint's tokenizer saved in the bundle) or random token ids
     (speech models: random features). Prints the new tokens (and text), decode steps/s and tokens/s, and,
     unless --no-compare or --sample, eager generate()'s tokens for the same prompts and the verdict (exit 1
-    on a mismatch). The bundle needs nothing outside its directory: copied elsewhere, it generates the same.
+    on a mismatch). A quantized bundle's tokens are compared with float eager's as its quality: steps equal
+    before the first divergence, exit 1 only below the floor it was exported with (docs/quantization.md). The bundle needs nothing outside its directory: copied elsewhere, it generates the same.
     Make one with `exportbot export LlamaForCausalLM --task text-generation --backend onnx --out out/llama-gen`.
 
     \b
@@ -168,7 +180,11 @@ def generate_command(directory: Path, prompts: tuple[str, ...], prompt_length: i
         result["prompts"] = list(prompts)
         result["text"] = bundle.tokenizer.batch_decode(output.tokens, skip_special_tokens=True)
     status = "pass"
-    if eager is not None:
+    if eager is not None and bundle.metadata.quantization:
+        tokens = float_tokens_quality(bundle, eager, inputs, output.tokens)
+        result["float_comparison"] = dataclasses.asdict(tokens)
+        status = "mismatch" if tokens.status == "mismatch" else "pass"
+    elif eager is not None:
         from exporters.generation.check import check_generation
 
         check = check_generation(eager, bundle, inputs, max_new_tokens=max_new_tokens)
@@ -180,6 +196,19 @@ def generate_command(directory: Path, prompts: tuple[str, ...], prompt_length: i
         _print_generation(result)
     if status != "pass":
         sys.exit(EXIT_FAILED)
+
+
+def float_tokens_quality(bundle: Any, eager: Any, inputs: dict[str, Any], tokens: Any) -> Any:
+    """A quantized bundle's greedy tokens against the float model's: its quality, held to the floor it was
+    exported with (docs/quantization.md). Token for token against float eager is not the bundle's fidelity:
+    4-bit weights may move a near-tie, which the export judged and recorded."""
+    from exporters.generation.check import token_quality
+    from exporters.quantize.schemes import QuantizeConfig
+
+    layout, record = bundle.metadata.generation, bundle.metadata.quantization
+    floor = QuantizeConfig.recorded(record["config"]).thresholds(bundle.metadata.backend)["min_equal_tokens"]
+    random_weights = not layout.get("source", {}).get("weights", False)  # a tiny model, or no weights saved
+    return token_quality(eager, layout, inputs, tokens, floor, random_weights)
 
 
 def load_bundle(directory: Path, threads: int | None = None) -> Any:
@@ -265,6 +294,9 @@ def _print_generation(result: dict[str, Any]) -> None:
     check = result.get("eager_comparison")
     if check is not None:
         console.print(f"eager generate(): {check['status']}: {check['detail']}")
+    tokens = result.get("float_comparison")
+    if tokens is not None:
+        console.print(f"greedy tokens vs float eager (quality): {tokens['status']}: {tokens['detail']}")
 
 
 def rerun_generation_command(entry: LedgerEntry, model: str, backend: str, out_dir: Path | None,

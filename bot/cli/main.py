@@ -19,6 +19,7 @@ from rich.table import Table
 
 from bot.cli.generate import export_generation_command, rerun_generation_command
 from bot.cli.json_output import emit_json, json_flag
+from bot.cli.quantize_options import print_quantization, quantize_options
 from bot.errors import (
     EXIT_FAILED,
     ExportbotGroup,
@@ -31,6 +32,7 @@ from bot.outcome import BACKENDS, PASS, SKIPPED, ExportRequest
 from bot.run.generation import generate_entry, generation_class
 from bot.run.runner import export_one
 from exporters.export_options import DTYPES, TASKS
+from exporters.quantize.schemes import QuantizeConfig
 
 
 @click.group(cls=ExportbotGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -127,12 +129,14 @@ def quiet_library_logs() -> None:
 @click.option("--outcome-json", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the outcome record (status, error, diffs, workarounds fired) as JSON here.")
 @report_errors
+@quantize_options
 def export_command(model: str, backend: str, task: str | None, dynamic: bool, out_dir: Path | None,
                    batch_size: int, sequence_length: int, image_size: int | None, max_batch: int | None,
                    max_sequence: int | None, dynamic_dims: tuple[str, ...], opset: int | None, dtype: str | None,
                    atol: float | None, rtol: float | None, pretrained: bool, no_optimize: bool, ort_fusions: bool,
                    et_backend: str | None, without: tuple[str, ...], ignore_ledger: bool, seed: int,
-                   init_scale: float | None, repro: str | None, as_json: bool, outcome_json: Path | None) -> None:
+                   init_scale: float | None, repro: str | None, as_json: bool, outcome_json: Path | None,
+                   quantize: QuantizeConfig | None) -> None:
     """Export MODEL and check the artifact against the eager model.
 
     MODEL is a transformers class name (built tiny and random), a local checkpoint directory, or a hub id
@@ -148,6 +152,8 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
       exportbot export ViTModel --backend executorch --batch-size 1 --image-size 64
       exportbot export LlamaModel --dynamic-dim input_ids:1:2:32 --dynamic-dim attention_mask:1:2:32
       exportbot export LlamaForCausalLM --task text-generation --backend onnx --ort-fusions
+      exportbot export LlamaForCausalLM --backend executorch --quantize 8da4w --group-size 64
+      exportbot export ./ckpt --task text-generation --backend onnx --quantize int4 --min-equal-tokens 8
     """
     from bot.cli.export_checks import check_request
 
@@ -167,7 +173,7 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
                                          without=without,
                                          ignore_ledger=ignore_ledger, init_scale=init_scale,
                                          try_builds=not seed_given and init_scale is None, as_json=as_json,
-                                         outcome_json=outcome_json)
+                                         outcome_json=outcome_json, quantize=quantize)
 
     mode = "dynamic" if dynamic or dynamic_dims else "static"  # a --dynamic-dim makes the export dynamic
     out_dir = out_dir or Path("out") / f"{Path(model).name}-{backend}-{mode}"
@@ -176,7 +182,7 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
         without=without,
         task=task, batch_size=batch_size, sequence_length=sequence_length, image_size=image_size,
         max_batch=max_batch, max_sequence=max_sequence, dynamic_dims=dynamic_dims, opset=opset, dtype=dtype,
-        atol=atol, rtol=rtol, pretrained=pretrained, init_scale=init_scale,
+        atol=atol, rtol=rtol, pretrained=pretrained, init_scale=init_scale, quantize=quantize,
     )  # fmt: skip
     if repro is not None:
         from bot.cli.export_checks import check_repro
@@ -227,6 +233,7 @@ def _print_outcome(outcome: Any) -> None:
         for name, diff in outcome.max_abs_diff.items():
             table.add_row(name, f"{diff:.3g}")
         console.print(table)
+    print_quantization(console, outcome.quantization)
     if outcome.ledger_entry:
         console.print(f"ledger entry applied: {outcome.ledger_entry} ({outcome.ledger_reason})", highlight=False)
     if outcome.workarounds_fired:

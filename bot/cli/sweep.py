@@ -16,7 +16,8 @@ import click
 from rich.console import Console
 
 from bot.cli.json_output import emit_json, json_flag
-from bot.errors import UsageProblem, report_errors
+from bot.cli.quantize_options import SCHEME_NAMES
+from bot.errors import SuggestingChoice, UsageProblem, report_errors
 from bot.outcome import BACKENDS
 from bot.run.isolation import SweepError, SweepSettings, run_sweep
 from bot.sweep.catalogue import GENERATION_MAPPINGS, enumerate_model_classes, generation_classes
@@ -181,6 +182,9 @@ def _publish_summary(records: Sequence[Mapping[str, Any]], summary_md: Path | No
                    "workarounds_disabled.")
 @click.option("--ignore-ledger", "ignore", multiple=True, metavar="ID|all",
               help="Export classes gated by this ledger entry anyway (repeatable) and record ledger_match.")
+@click.option("--quantize", type=SuggestingChoice(SCHEME_NAMES), default=None, metavar="SCHEME",
+              help="Quantize every export with this scheme (a scheme of each --backend: docs/quantization.md); "
+                   "records carry quantize and the quantization section, keyed apart from float ones.")
 @click.option("--summary-md", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the summary as Markdown (appended to $GITHUB_STEP_SUMMARY when that is set).")
 @json_flag("the summary (per backend/mode counts, top failure groups)", JSON_SHAPES)
@@ -189,7 +193,7 @@ def run_command(backends: tuple[str, ...], modes: str, task: str | None, classes
                 patterns: tuple[str, ...],
                 limit: int | None, shard: str | None, jobs: int, timeout: float, memory_gb: float, results: Path,
                 logs_dir: Path | None, resume: bool, overwrite: bool, no_fork: bool, without: tuple[str, ...],
-                ignore: tuple[str, ...], summary_md: Path | None, as_json: bool) -> None:
+                ignore: tuple[str, ...], quantize: str | None, summary_md: Path | None, as_json: bool) -> None:
     """Export every selected (class, backend, mode), each in its own process, appending one record per export.
 
     Each export runs in a child forked from a warm worker (one per job) that imported torch and transformers
@@ -212,16 +216,17 @@ def run_command(backends: tuple[str, ...], modes: str, task: str | None, classes
 
     for backend in backends or BACKENDS:
         check_without(without, backend, "xnnpack")
+        check_quantize(quantize, backend, task)
     ledger = _load_ledger_for_sweep(ignore)
     catalogue = generation_classes(task) if task and classes_file is None else _classes_from(classes_file)
     classes = select_classes(catalogue, patterns, shard_spec, limit)
     settings = SweepSettings(
         backends=backends or BACKENDS, jobs=jobs, timeout=timeout, memory_gb=memory_gb, fork=not no_fork,
-        without=without, ignore_ledger=ignore, logs_dir=logs_dir or results.with_suffix(".logs"),
+        without=without, ignore_ledger=ignore, logs_dir=logs_dir or results.with_suffix(".logs"), quantize=quantize,
     )  # fmt: skip
     done = _done_keys(results, resume, overwrite, console)
     chosen = (GENERATE,) if task else MODES if modes == "both" else (modes,)
-    tasks = plan_tasks(classes, settings.backends, chosen, done)
+    tasks = plan_tasks(classes, settings.backends, chosen, done, quantize)
     console.print(f"{len(classes)} classes, {len(tasks)} exports to run ({len(done)} already recorded), "
                   f"{jobs} job(s), {'warm fork' if settings.fork else 'fresh process'} per export")  # fmt: skip
     writer = ResultsWriter(results)
@@ -252,6 +257,21 @@ def run_command(backends: tuple[str, ...], modes: str, task: str | None, classes
     out.print(summary_table(records, f"{results}: {len(records)} records"))
     if triage(records):
         out.print(triage_table(records, top=RUN_TOP))
+
+
+def check_quantize(scheme: str | None, backend: str, task: str | None) -> None:
+    """``--quantize SCHEME`` is a scheme of ``backend`` (and a dynamic one for generation exports)."""
+    if scheme is None:
+        return
+    from exporters.quantize.schemes import SCHEMES, QuantizeConfig, QuantizeError
+
+    try:
+        QuantizeConfig(scheme).check(backend)
+    except QuantizeError as error:
+        raise UsageProblem(f"{error} (pass --backend for the backends that have it)") from None
+    if task is not None and SCHEMES[backend, scheme].static:
+        raise UsageProblem(f"--quantize {scheme} on {backend} is static (calibrated per graph): generation sweeps "
+                           "take a dynamic scheme")
 
 
 def _interrupt(_signum: int, _frame: Any) -> None:

@@ -45,16 +45,21 @@ def generate_entry(entry_id: str) -> LedgerEntry | None:
 
 
 def generation_outcome(model_class: str, backend: str, out_dir: Path, seed: int = 0,
-                       overrides: dict[str, Any] | None = None, without: tuple[str, ...] = ()) -> ExportOutcome:
+                       overrides: dict[str, Any] | None = None, without: tuple[str, ...] = (),
+                       quantize: str | None = None) -> ExportOutcome:
     """Export ``model_class`` for generation without the ledger, validated token for token; never raises for a
     failed export (the failure is the outcome: its cause, stage, traceback tail and reproducing command)."""
     from exporters.ledger import default_registry_dir
+    from exporters.quantize.schemes import QuantizeConfig
 
     outcome = new_generation_outcome(model_class, backend)
     outcome.registry = str(default_registry_dir())
-    outcome.options = {"task": "generation", "seed": seed, "overrides": overrides or {}}
+    config = QuantizeConfig(quantize) if quantize is not None else None
+    outcome.options = {"task": "generation", "seed": seed, "overrides": overrides or {},
+                       "quantize": None if config is None else config.as_dict()}
     outcome.repro_source = "generation export of the tiny model" + (" with config" if overrides else "")
-    recorded_generation(outcome, out_dir, seed=seed, overrides=overrides, ignore_ledger=True, without=without)
+    recorded_generation(outcome, out_dir, seed=seed, overrides=overrides, ignore_ledger=True, without=without,
+                        quantize=config)
     return outcome
 
 
@@ -111,6 +116,7 @@ def recorded_generation(outcome: ExportOutcome, out_dir: Path, progress: Callabl
                              for stage, s in r.metadata.stage_seconds.items()}
     if export.check is not None:
         outcome.max_abs_diff = {"logits": export.check.max_logits_diff or 0.0}
+    outcome.quantization = export.quantization_record()
     if export.status != "pass":  # validated and found wanting: where, and how to see it again
         outcome.error = "; ".join(export.problems()[:5]) or export.status
         outcome.failed_stage = "validating"
@@ -179,12 +185,14 @@ def rerun_generation(entry: LedgerEntry, model_class: str, backend: str, out_dir
     return outcome
 
 
-def sweep_generation_outcome(model_class: str, backend: str, ignore_ledger: list[str]) -> ExportOutcome:
+def sweep_generation_outcome(model_class: str, backend: str, ignore_ledger: list[str],
+                             quantize: str | None = None) -> ExportOutcome:
     """The sweep's generation task (``sweep run --task text-generation``): the class's generation export, into
-    a scratch bundle, unless a ledger entry gates it (``skipped``, as the sweep records any gated export)."""
+    a scratch bundle, unless a ledger entry gates it (``skipped``, as the sweep records any gated export);
+    quantized with ``quantize`` (a scheme name) when given."""
     import tempfile
 
-    entry = load_ledger().skip(model_class, backend, dynamic=True, generate=True)
+    entry = load_ledger().skip(model_class, backend, dynamic=True, generate=True, quantize=quantize)
     if entry is not None and not {"all", entry.id} & set(ignore_ledger):
         outcome = ExportOutcome(model_class, backend, True, SKIPPED, 0.0, ledger_entry=entry.id,
                                 ledger_reason=entry.reason)
@@ -192,7 +200,8 @@ def sweep_generation_outcome(model_class: str, backend: str, ignore_ledger: list
         return outcome
     seed, overrides, tries = lively_build(model_class)
     with tempfile.TemporaryDirectory(prefix="exportbot-sweep-generation-") as scratch:
-        outcome = generation_outcome(model_class, backend, Path(scratch) / "bundle", seed, overrides)
+        outcome = generation_outcome(model_class, backend, Path(scratch) / "bundle", seed, overrides,
+                                     quantize=quantize)
     outcome.options["tries"] = tries
     if outcome.status == "inconclusive" and tries and all(t.get("degenerate") for t in tries):
         outcome.error = f"{outcome.error} [all {len(tries)} tries degenerate in eager: seeds and overrides in options.tries]"
@@ -356,15 +365,19 @@ def rebuild_source(source: dict[str, Any], bundle: Path) -> tuple[Any, str | Non
 
 
 def make_generation_exporter(backend: str, et_backend: str = "xnnpack", optimize: bool = True,
-                             without: tuple[str, ...] = (), ort_fusions: bool = False) -> Any:
+                             without: tuple[str, ...] = (), quantize: Any = None, ort_fusions: bool = False) -> Any:
+    """The exporter of a generation bundle's components; ``quantize`` (a ``QuantizeConfig``) quantizes each alike."""
+    if quantize is not None and backend == "dynamo":
+        raise UsageProblem(f"--quantize {quantize.scheme}: quantized exports need --backend executorch or onnx")
     if backend == "onnx":
         from exporters.onnx.exporter import OnnxConfig, OnnxExporter
 
-        return OnnxExporter(OnnxConfig(optimize=optimize, ort_fusions=ort_fusions, without=frozenset(without)))
+        return OnnxExporter(OnnxConfig(optimize=optimize, ort_fusions=ort_fusions, without=frozenset(without),
+                                       quantize=quantize))
     if backend == "executorch":
         from exporters.executorch.exporter import ExecutorchConfig, ExecutorchExporter
 
-        return ExecutorchExporter(ExecutorchConfig(backend=et_backend, without=frozenset(without)))
+        return ExecutorchExporter(ExecutorchConfig(backend=et_backend, without=frozenset(without), quantize=quantize))
     from exporters.dynamo.exporter import DynamoConfig, DynamoExporter
 
     return DynamoExporter(DynamoConfig(without=frozenset(without)))
@@ -375,11 +388,12 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
                       et_backend: str = "xnnpack", optimize: bool = True, without: tuple[str, ...] = (),
                       overrides: dict[str, Any] | None = None, ignore_ledger: bool = False,
                       stages: Any = None, init_scale: float | None = None, try_builds: bool = False,
-                      ort_fusions: bool = False) -> Any:
+                      quantize: Any = None, ort_fusions: bool = False) -> Any:
     """Export, validate from the written files, publish: the ``export --task <generation task>`` path.
 
     Raises ``LedgerSkip`` when an EXPORT_SKIPS entry gates this class's generation export on ``backend``
-    (scopes ``all``, ``dynamic``, ``generate``), unless ``ignore_ledger``. ``stages`` (an
+    (scopes ``all``, ``dynamic``, ``generate``, and ``quantize`` for its scheme), unless ``ignore_ledger``.
+    ``quantize`` (a ``QuantizeConfig``) quantizes every component alike (docs/quantization.md). ``stages`` (an
     ``exporters.stages.StageTracker``) is told the steps of our own, so a failure record names the one that
     raised (``building model``, ``exporting components``, ``validating``) where no torch stage did.
     A tiny model (a class name) is built with ``init_scale`` when given; else, with ``try_builds``, as the
@@ -387,8 +401,9 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
     (``lively_build``), every try recorded in the bundle's ``generation.source.tries``.
     """
     from exporters.generation.components import GenerationExportConfig, sample_prompts
-    from exporters.generation.export import export_for_generation
+    from exporters.generation.export import check_quantize_for_generation, export_for_generation
     from exporters.generation.support import GenerationUnsupported
+    from exporters.quantize.schemes import QuantizeError
     from exporters.validation import ValidationError
 
     def stage(name: str) -> Any:
@@ -402,6 +417,11 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
     if max_cache_len is not None:
         check_fits(max_cache_len)
     config = GenerationExportConfig(max_cache_len=max_cache_len)
+    try:  # before any work: a scheme this backend or a generation bundle cannot take is one line, exit 2
+        exporter = make_generation_exporter(backend, et_backend, optimize, without, quantize, ort_fusions)
+        check_quantize_for_generation(exporter)
+    except QuantizeError as error:
+        raise UsageProblem(str(error)) from None
     with stage("building model"):
         seed, overrides, tries = tiny_build(model, seed, overrides, init_scale, try_builds)
         built, source = build_generation_model(model, seed, task, overrides)
@@ -412,10 +432,10 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
     if not ignore_ledger:
         from exporters.ledger import load_ledger
 
-        entry = load_ledger().skip(type(built).__name__, backend, dynamic=True, generate=True)
+        entry = load_ledger().skip(type(built).__name__, backend, dynamic=True, generate=True,
+                                   quantize=quantize.scheme if quantize is not None else None)
         if entry is not None:
             raise LedgerSkip(entry)
-    exporter = make_generation_exporter(backend, et_backend, optimize, without, ort_fusions)
     announce = (lambda name: stages.report(f"exporting {name}")) if stages is not None else None
     with stage("exporting components"):
         try:
@@ -424,6 +444,10 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
         except GenerationUnsupported as error:  # found at the first eager prefill (no cache returned)
             raise NotForGeneration(str(error)) from None
     export.layout["source"] = source
+    if quantize is not None:  # the weights' origin is known here, not in the exporter
+        random = not source.get("weights", False)  # a tiny model, or a checkpoint without weights
+        for result in export.results.values():
+            result.quantization.random_weights = random
     with stage("validating"), contextlib.suppress(ValidationError):  # reported from export.status / problems
         export.save(out_dir)
     return export

@@ -184,6 +184,7 @@ class SweepSettings:
     without: tuple[str, ...] = ()  # workarounds left out of every export
     ignore_ledger: tuple[str, ...] = ()
     logs_dir: Path = Path("sweep-results.logs")
+    quantize: str | None = None  # every export quantized with this scheme (sweep run --quantize)
 
     @property
     def threads(self) -> int:
@@ -197,7 +198,7 @@ class SweepSettings:
         return ChildTask(
             task.model, task.backend, task.dynamic, list(self.ignore_ledger), self.timeout, self.memory_gb,
             self.threads, str(self.log_file(task)), str(self.logs_dir / f"{task.slug}.result.json"), task.generate,
-            list(self.without),
+            list(self.without), task.quantize,
         )  # fmt: skip
 
     def runner(self, number: int) -> Runner:
@@ -224,6 +225,7 @@ class SweepInfo:
     log_file: str | None = None
     stderr_tail: str | None = None
     ledger_match: str | None = None
+    quantize: str | None = None  # the --quantize scheme; part of the key (docs/sweep-results.md)
 
 
 def _tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str | None:
@@ -263,6 +265,7 @@ def build_record(
     info = SweepInfo(
         task.mode, runner, started_at, report.wall_seconds, report.worker_pid, report.child_pid,
         round(report.max_rss_kb / 1024, 1) if report.child_pid else None, report.worker_rss_mb,
+        quantize=task.quantize,
     )  # fmt: skip
     if report.wait_status is not None:
         if os.WIFSIGNALED(report.wait_status):

@@ -85,7 +85,8 @@ def export_one(request: ExportRequest, progress: Callable[[str], None] = lambda 
     repro_entry = ledger.by_id(request.repro) if request.repro is not None else None
     ignored = {"all"} if repro_entry is not None else set(request.ignore_ledger)
     outcome.repro = request.repro
-    skip = ledger.skip(class_name, request.backend, dynamic)
+    quantize = request.options.quantize.scheme if request.options.quantize is not None else None
+    skip = ledger.skip(class_name, request.backend, dynamic, quantize=quantize)
     if skip is not None and not ({"all", skip.id} & ignored):
         outcome.status, outcome.ledger_entry, outcome.ledger_reason = SKIPPED, skip.id, skip.reason
         return outcome
@@ -124,7 +125,7 @@ def _build_export_validate(
 ) -> Any:  # fmt: skip
     """The stages of ``export_one``, filling ``outcome``; the validation report (None when not validated or
     when a stage raised, which ``_failed`` has recorded)."""
-    from exporters.export_options import OptionError
+    from exporters.export_options import WEIGHTS_LOADED, OptionError
     from exporters.ledger.repro import exporter_options
     from exporters.stages import quiet_native_noise
     from exporters.utils import HitLog, observing_hits
@@ -145,6 +146,8 @@ def _build_export_validate(
         exporter.config = dataclasses.replace(exporter.config, **exporter_options(built))
         with observing_hits(fired):
             result = exporter.export(built.model, built.inputs)
+        if result.quantization is not None:  # the weights' origin is known here, not in the exporter
+            result.quantization.random_weights = not built.source.startswith(WEIGHTS_LOADED)
         outcome.options = request.options.record(request.backend, request.et_backend, class_name, exporter.config)
         result.metadata.options = outcome.options
         result.metadata.notes.append(built.source)  # where the model came from (weights or random)
@@ -160,6 +163,7 @@ def _build_export_validate(
         elif request.validate:
             with stages.stage("validating"), quiet_native_noise():
                 report = result.validate(raise_on_failure=False)
+        outcome.quantization = result.quantization_record()
         if report is not None:
             outcome.status = report.status
             outcome.max_abs_diff = report.max_abs_diff

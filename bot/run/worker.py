@@ -49,6 +49,7 @@ class ChildTask:
     result_file: str
     generate: bool = False  # a generation export (bot.run.generation), not a single-graph one
     without: list[str] = field(default_factory=list)  # workarounds left out (sweep run --without)
+    quantize: str | None = None  # the scheme every export is quantized with (sweep run --quantize)
 
 
 @dataclass
@@ -158,10 +159,14 @@ def _child_body(task: ChildTask, spawned_at: float, spawned: bool) -> NoReturn:
         if task.generate:
             from bot.run.generation import sweep_generation_outcome
 
-            outcome = sweep_generation_outcome(task.model, task.backend, task.ignore_ledger)
+            outcome = sweep_generation_outcome(task.model, task.backend, task.ignore_ledger, task.quantize)
         else:
+            from exporters.export_options import ExportOptions
+            from exporters.quantize.schemes import QuantizeConfig
+
+            quantize = QuantizeConfig(task.quantize) if task.quantize is not None else None
             request = ExportRequest(task.model, task.backend, task.dynamic, without=tuple(task.without),
-                                    ignore_ledger=tuple(task.ignore_ledger))
+                                    ignore_ledger=tuple(task.ignore_ledger), options=ExportOptions(quantize=quantize))
             outcome = export_one(request)
         record = {**outcome.as_dict(), "exporter_version": _loaded_exporters}
         _write_json_atomically(Path(task.result_file), {"outcome": record, "startup_seconds": startup_seconds})

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from bot.outcome import BUILD_ERROR, FAILED, INCONCLUSIVE, MISMATCH, NONDETERMINISTIC, PASS, SKIPPED
-from bot.sweep.tasks import Key, Task
+from bot.sweep.tasks import Key, Task, keyed_mode
 
 if TYPE_CHECKING:
     from exporters.ledger import Ledger, LedgerEntry
@@ -60,7 +60,7 @@ def ended_without_outcome(signal_number: int | None, exit_code: int | None) -> s
 
 
 def record_key(record: Mapping[str, Any]) -> Key:
-    return (record["model"], record["backend"], record["mode"])
+    return (record["model"], record["backend"], keyed_mode(record["mode"], record.get("quantize")))
 
 
 def started_at(record: Mapping[str, Any]) -> datetime | None:
@@ -118,7 +118,7 @@ def classify_against_entry(outcome: Mapping[str, Any], entry: LedgerEntry) -> st
 def ignored_entry(ledger: Ledger, task: Task, ignore: Iterable[str]) -> LedgerEntry | None:
     """The entry that would have changed this export (a skip, or ONNX's optimizer switch) if ``--ignore-ledger``
     had not named it (or ``all``); None when no entry applies or the one that applies is still honoured."""
-    entry = ledger.skip(task.model, task.backend, task.dynamic, generate=task.generate)
+    entry = ledger.skip(task.model, task.backend, task.dynamic, generate=task.generate, quantize=task.quantize)
     if entry is None and task.backend == "onnx" and not task.generate:
         entry = ledger.disable_optimize(task.model, task.dynamic)
     return entry if entry is not None and {"all", entry.id} & set(ignore) else None

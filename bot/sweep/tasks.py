@@ -15,16 +15,23 @@ from typing import Any
 MODES = ("static", "dynamic")
 GENERATE = "generate"  # ``sweep run --task text-generation``: prefill + decode, validated token for token
 
-Key = tuple[str, str, str]  # (class, backend, mode): one record per key
+Key = tuple[str, str, str]  # (class, backend, mode, with "+SCHEME" for a quantized export): one record per key
+
+
+def keyed_mode(mode: str, quantize: str | None) -> str:
+    """The mode part of a key: the mode, with ``+SCHEME`` for a quantized export (``static+8da4w``), so a
+    quantized record never replaces the float one of its class when records are merged."""
+    return mode if quantize is None else f"{mode}+{quantize}"
 
 
 @dataclass(frozen=True, order=True)
 class Task:
-    """One export of the sweep: a class, a backend and a shape mode."""
+    """One export of the sweep: a class, a backend and a shape mode (and a ``--quantize`` scheme, or None)."""
 
     model: str
     backend: str
     mode: str
+    quantize: str | None = None
 
     @property
     def dynamic(self) -> bool:
@@ -36,15 +43,15 @@ class Task:
 
     @property
     def key(self) -> Key:
-        return (self.model, self.backend, self.mode)
+        return (self.model, self.backend, keyed_mode(self.mode, self.quantize))
 
     @property
     def label(self) -> str:
-        return f"{self.model} {self.backend}/{self.mode}"
+        return f"{self.model} {self.backend}/{keyed_mode(self.mode, self.quantize)}"
 
     @property
     def slug(self) -> str:
-        return f"{self.model}-{self.backend}-{self.mode}"
+        return f"{self.model}-{self.backend}-{keyed_mode(self.mode, self.quantize)}"
 
 
 def collect_class_names(mappings: Iterable[Mapping[str, Any]]) -> set[str]:
@@ -92,10 +99,11 @@ def select_classes(
     return selected[:limit] if limit is not None else selected
 
 
-def plan_tasks(classes: Iterable[str], backends: Iterable[str], modes: Iterable[str], done: set[Key]) -> list[Task]:
-    """Every (class, backend, mode) not already in ``done``, class by class."""
+def plan_tasks(classes: Iterable[str], backends: Iterable[str], modes: Iterable[str], done: set[Key],
+               quantize: str | None = None) -> list[Task]:
+    """Every (class, backend, mode) not already in ``done``, class by class (quantized with ``quantize``)."""
     backends, modes = tuple(backends), tuple(modes)
-    tasks = (Task(model, backend, mode) for model in classes for backend in backends for mode in modes)
+    tasks = (Task(model, backend, mode, quantize) for model in classes for backend in backends for mode in modes)
     return [task for task in tasks if task.key not in done]
 
 

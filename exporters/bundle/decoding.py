@@ -29,7 +29,8 @@ import torch
 
 from exporters.bundle.stepping import ComponentSession, open_session
 
-__all__ = ["EagerGeneration", "GenerationOutput", "eager_components", "generate", "run_generation"]
+__all__ = ["EagerGeneration", "GenerationOutput", "eager_components", "generate", "module_components",
+           "run_generation"]
 
 Component = Callable[..., Mapping[str, torch.Tensor]]
 
@@ -204,6 +205,12 @@ def _prompt_inputs(input_ids: torch.Tensor | None, kwargs: dict[str, Any]) -> di
 
 def eager_components(plans: list[Any]) -> dict[str, Component]:
     """The eager wrapper modules of a generation export, callable like the loaded components."""
+    return module_components({plan.name: plan.module for plan in plans})
+
+
+def module_components(modules: Mapping[str, torch.nn.Module]) -> dict[str, Component]:
+    """Component modules (eager wrappers, or a quantized bundle's PyTorch references) callable like the loaded
+    components, without autograd."""
 
     def no_grad(module: torch.nn.Module) -> Component:
         def run(**inputs: torch.Tensor) -> Mapping[str, torch.Tensor]:
@@ -212,7 +219,7 @@ def eager_components(plans: list[Any]) -> dict[str, Component]:
 
         return run
 
-    return {plan.name: no_grad(plan.module) for plan in plans}
+    return {name: no_grad(module) for name, module in modules.items()}
 
 
 class EagerGeneration:

@@ -176,6 +176,7 @@ class Manifest:
     files: dict[str, str | None] = field(default_factory=dict)
     validation: dict[str, Any] = field(default_factory=dict)
     generation: dict[str, Any] = field(default_factory=dict)  # generation bundles: docs/generation.md
+    quantization: dict[str, Any] = field(default_factory=dict)  # quantized bundles: docs/quantization.md
     format: str = FORMAT
     schema_version: int = SCHEMA_VERSION
 

@@ -12,6 +12,9 @@ eager. Stages, each under its banner below:
 3. ExecuTorch patches — the same registry, for ExecuTorch internals that crash on (or specialise) valid graphs.
 4. FX program fixes — ``@register_fx_program_fix("executorch")``, run once after ``torch.export``.
 5. FX node fixes — ``@register_fx_node_fix("executorch")``, run on every node after the program fixes.
+6. Quantization — ``ExecutorchConfig(quantize=QuantizeConfig(...))``: torchao's ``8da4w``/``8da8w`` on a copy of
+   the model before ``torch.export``, PT2E's static ``int8`` on the traced program before the fixes
+   (exporters/executorch/quantize.py); validated against that quantization in PyTorch and against float eager.
 
 Dynamic dims are always bounded: ExecuTorch plans memory for the upper bound of every symbolic dim, and a
 program traced with unbounded dims runs only at its example shape (stack.md, E2). ``dynamic=True`` makes the
@@ -53,6 +56,7 @@ from exporters.executorch import (  # noqa: F401  (register lowering speed, layo
     xnnpack,
 )
 from exporters.executorch.program import PteRunner, backend_config, owning_its_dicts, save_pte
+from exporters.executorch.quantize import quantize_model, quantize_traced
 from exporters.executorch.symbolic import require_dims_kept
 from exporters.fx_rewrites import (
     fourier_transform_as_matmuls,
@@ -63,6 +67,7 @@ from exporters.fx_rewrites import (
     split_complex_arithmetic,
 )
 from exporters.masks import broadcast_expansion
+from exporters.quantize.schemes import QuantizeConfig
 from exporters.utils import (
     apply_fx_node_fixes,
     apply_fx_program_fixes,
@@ -122,12 +127,18 @@ class ExecutorchConfig:
     without: frozenset[str] = frozenset()
     atol: float = 1e-4
     rtol: float = 1e-3
+    quantize: QuantizeConfig | None = None  # stage 6; None: float
 
     def __post_init__(self) -> None:
         if self.backend not in _BACKEND_PREPARE:
             raise ValueError(
                 f"unknown ExecuTorch backend {self.backend!r}; choose from {', '.join(sorted(_BACKEND_PREPARE))}"
             )
+        if self.quantize is not None:
+            self.quantize.check("executorch")
+            if self.backend != "xnnpack":
+                raise ValueError(f"--quantize {self.quantize.scheme}: the quantized schemes lower to XNNPACK; "
+                                 f"the ExecuTorch backend is {self.backend}")
         if self.max_batch < 1 or self.max_sequence < 2:
             raise ValueError(f"max_batch must be >= 1 and max_sequence >= 2, got {self.max_batch}, {self.max_sequence}")
 
@@ -172,8 +183,11 @@ class ExecutorchExporter:
             tracking_hits(run.hits),
             installed_executorch_patches(config.backend, config.without, dynamic=dynamic_shapes is not None),
         ):
-            program = dynamo.export_program(model, inputs, clock)
+            traced, quantization = quantize_model(model, config.quantize, clock)
+            program = dynamo.export_program(traced, inputs, clock)
             require_bounded_dims(program)
+            program, quantization = quantize_traced(program, inputs, config.quantize, dynamic_shapes, clock,
+                                                    quantization)
             with clock("fx fixes"):
                 apply_program_fixes(program)
                 apply_node_fixes(program, config.backend)
@@ -205,6 +219,7 @@ class ExecutorchExporter:
             atol=config.atol,
             rtol=config.rtol,
             make_second_inputs=lambda: second_shape_inputs(program, inputs),
+            quantization=quantization,
             make_smaller_inputs=lambda: size_one_inputs(program, inputs, dynamic_shapes),
         ).validated_if(validate)
 
@@ -552,3 +567,12 @@ def _fix_max_dim_for_xnnpack(graph_module: torch.fx.GraphModule, node: torch.fx.
     the ready-to-file issue is docs/upstream-drafts/_fix_max_dim_for_xnnpack.md.
     """
     return reduce_max_dim_as_pooling(graph_module, node)
+
+
+# ── Stage 6: Quantization ──
+# ``ExecutorchConfig(quantize=QuantizeConfig(scheme))``. torchao's dynamic schemes (``8da4w``, ``8da8w``) quantize a
+# copy of the model's linear layers before ``torch.export`` (``quantize_model``); PT2E's static ``int8`` annotates,
+# calibrates and converts the traced program, traced again with the same dynamic shapes before the fixes and the
+# lowering (``quantize_traced``). Either way the quantized model in PyTorch is the export's fidelity reference and
+# the float model its quality reference (exporters.quantize.record). The stage and the quantizers' workarounds
+# live in exporters/executorch/quantize.py.

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from exporters.base import ExportResult, StageClock, _check_loaded
+from exporters.base import ExportResult, StageClock, validate_loaded
 from exporters.bundle.format import (
     MANIFEST_FILE,
     RUNTIMES,
@@ -41,7 +41,7 @@ from exporters.generation.components import (
     plan_components,
 )
 from exporters.generation.support import check_supported
-from exporters.validation import PASS, ValidationError, ValidationReport
+from exporters.validation import MISMATCH, PASS, ValidationError
 
 __all__ = ["GenerationExport", "GenerationExportError", "export_for_generation"]
 
@@ -71,15 +71,24 @@ class GenerationExport:
     layout: dict[str, Any]
     new_tokens: int = 16
     check: Any = None  # GenerationCheck once validated
+    tokens: Any = None  # quantized bundles: greedy tokens against float greedy (exporters.quantize.quality.TokenQuality)
+
+    @property
+    def quantization(self) -> Any:
+        """The first component's quantization record (every component is quantized alike), or None."""
+        return next(iter(self.results.values())).quantization
 
     @property
     def status(self) -> str:
-        """``pass`` only when every component and the token-for-token comparison passed."""
+        """``pass`` only when every component and the token-for-token comparison passed, and a quantized
+        bundle's greedy tokens did not fall below its threshold against float."""
         for result in self.results.values():
             if result.validation is None:
                 return "not validated"
             if result.validation.status != PASS:
                 return result.validation.status
+        if self.tokens is not None and self.tokens.status == MISMATCH:
+            return MISMATCH
         return self.check.status if self.check is not None else "not validated"
 
     def save(self, out_dir: Path, validate: bool = True) -> Path:
@@ -109,6 +118,8 @@ class GenerationExport:
         found = [f"{name}: {p}" for name, r in self.results.items() if r.validation for p in r.validation.problems()]
         if self.check is not None and self.check.status != PASS:
             found.append(f"generate: {self.check.detail}")
+        if self.tokens is not None and self.tokens.status == MISMATCH:
+            found.append(f"quality: tokens: {self.tokens.detail}")
         return found
 
     # ── writing ──
@@ -136,8 +147,21 @@ class GenerationExport:
             workarounds_disabled=meta.workarounds_disabled, stage_seconds=stages,
             notes=[*dict.fromkeys(n for r in self.results.values() for n in r.metadata.notes),
                    "generation export: components " + ", ".join(self.results)],
-            generation=generation,
+            generation=generation, quantization=self.quantization_record(),
         )
+
+    def quantization_record(self) -> dict[str, Any]:
+        """The manifest's ``quantization`` section: the scheme once, each component's fidelity and quality, and
+        the greedy tokens against float (docs/quantization.md); {} for a float bundle."""
+        if self.quantization is None:
+            return {}
+        records = {name: result.quantization_record() for name, result in self.results.items()}
+        first = next(iter(records.values()))
+        shared = {key: value for key, value in first.items() if key not in ("fidelity", "quality")}
+        return shared | {
+            "components": {name: {"fidelity": r["fidelity"], "quality": r["quality"]} for name, r in records.items()},
+            "tokens": None if self.tokens is None else dataclasses.asdict(self.tokens),
+        }
 
     def _write(self, directory: Path) -> None:
         for name, result in self.results.items():
@@ -148,27 +172,46 @@ class GenerationExport:
 
     def _validate_written(self, directory: Path) -> None:
         from exporters.bundle.loading import load
-        from exporters.generation.check import check_generation
+        from exporters.generation.check import check_generation, token_quality
 
         loaded = load(directory)
         for plan in self.plans:
             result = self.results[plan.name]
             with StageClock(result.metadata.stage_seconds)("validation"):
-                report = ValidationReport(result.atol, result.rtol)
                 cases = [("sample shape", plan.inputs)]
                 if plan.second_inputs is not None:
                     cases.append(("second shape", plan.second_inputs))
-                for label, inputs in cases:
-                    report.shapes.append(_check_loaded(label, inputs, plan.module, loaded.components[plan.name],
-                                                       result.atol, result.rtol))
-                result.check_smaller_shapes(plan.module, loaded.components[plan.name], report)
-            result.validation = report
-        self.check = check_generation(self.model, loaded, self.inputs, max_new_tokens=self.new_tokens)
+                result.validation = validate_loaded(cases, plan.module, loaded.components[plan.name], result.atol,
+                                                    result.rtol, result.quantization, quality_gates=False)
+                result.check_smaller_shapes(plan.module, loaded.components[plan.name], result.validation)
+        quantization = self.quantization
+        if quantization is None:
+            self.check = check_generation(self.model, loaded, self.inputs, max_new_tokens=self.new_tokens)
+        else:  # fidelity: token for token against the same quantization in PyTorch; quality: against float
+            references = {name: result.quantization.reference for name, result in self.results.items()}
+            self.check = check_generation(self.model, loaded, self.inputs, max_new_tokens=self.new_tokens,
+                                          references=references)
+            self.tokens = token_quality(self.model, loaded.metadata.generation, self.inputs,
+                                        torch.tensor(self.check.exported_tokens),
+                                        quantization.config.thresholds(self.backend)["min_equal_tokens"],
+                                        quantization.random_weights)
         manifest = self.manifest()
         manifest.files = loaded.metadata.files
         write_manifest(directory, manifest)
         if not (directory / MANIFEST_FILE).is_file():
             raise RuntimeError(f"{directory}: manifest was not written")
+
+
+def check_quantize_for_generation(exporter: Any) -> None:
+    """Refuse a static scheme: it calibrates each component's activation ranges on that component's own inputs,
+    so prefill and decode would not be quantized alike, and its reference (a converted program) cannot
+    ``generate()``."""
+    from exporters.quantize.schemes import SCHEMES, QuantizeError
+
+    quantize = getattr(exporter.config, "quantize", None)
+    if quantize is not None and SCHEMES[exporter.backend, quantize.scheme].static:
+        raise QuantizeError(f"--quantize {quantize.scheme} on {exporter.backend} is static (calibrated per graph): "
+                         "generation bundles take a dynamic scheme (executorch 8da4w or 8da8w, onnx int8 or int4)")
 
 
 def size_oblivious_tracing() -> Any:
@@ -266,6 +309,7 @@ def export_for_generation(
     backend = exporter.backend
     if backend not in RUNTIMES:
         raise ValueError(f"unknown backend {backend!r}")
+    check_quantize_for_generation(exporter)
     model.eval()
     check_supported(model)  # one clear reason before anything runs: no KV cache, state outside Cache
     plans = plan_components(model, inputs, config, backend)

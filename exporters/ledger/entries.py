@@ -20,7 +20,11 @@ LIST_FILES: dict[str, str] = {
     "EXPORT_SKIPS": "export_skips.toml",
 }
 BACKENDS = ("onnx", "executorch", "dynamo")
-SCOPES = ("all", "dynamic", "static", "generate")  # generate: only generation exports (docs/generation.md)
+# generate: only generation exports (docs/generation.md); quantize: only quantized exports, of the scheme its
+# reproducer's ``export.quantize`` names (docs/quantization.md)
+SCOPES = ("all", "dynamic", "static", "generate", "quantize")
+# The shape modes (``dynamic`` flags) each scope's re-runs export in.
+SCOPE_MODES = {"all": [False, True], "static": [False], "dynamic": [True], "generate": [True], "quantize": [False, True]}
 # Schema order: also the order in which add_entry writes keys.
 _KEYS = (
     "id", "models", "backend", "scope", "upstream", "dependency", "reason", "model_change", "failure", "added",
@@ -101,8 +105,7 @@ class Repro:
 
     def modes(self, scope: str) -> list[bool]:
         """The ``dynamic`` flags to re-run: the scope's, narrowed by ``export.dynamic`` when given."""
-        modes = {"all": [False, True], "static": [False], "dynamic": [True], "generate": [True]}[scope]
-        return [self.export["dynamic"]] if "dynamic" in self.export else modes
+        return [self.export["dynamic"]] if "dynamic" in self.export else SCOPE_MODES[scope]
 
 
 @dataclass(frozen=True)
@@ -132,16 +135,28 @@ class LedgerEntry:
         """The line naming ``model_class``, so a message about one class points at it, not the header."""
         return dict(zip(self.models, self.model_lines, strict=False)).get(model_class, self.line)
 
-    def applies_to(self, model_class: str | type, backend: str, dynamic: bool, generate: bool = False) -> bool:
+    def applies_to(self, model_class: str | type, backend: str, dynamic: bool, generate: bool = False,
+                   quantize: str | None = None) -> bool:
         """Whether this entry gates ``model_class`` exported by ``backend`` with/without dynamic shapes.
 
         A ``dynamo`` entry covers every backend: torch.export runs under each exporter, so a class that
         cannot pass it cannot reach ONNX or ExecuTorch either. A generation export (``generate``) has dynamic
         shapes, so ``all``, ``dynamic`` and ``generate`` entries gate it; ``generate`` entries gate nothing else.
+        A ``quantize`` entry gates the exports quantized with its reproducer's scheme (``quantize``), in every
+        shape mode, and nothing else; a quantized export is gated by the other scopes as a float one is.
         """
         name = model_class if isinstance(model_class, str) else model_class.__name__
+        if name not in self.models or self.backend not in (backend, "dynamo"):
+            return False
+        if self.scope == "quantize":
+            return quantize is not None and quantize == self.quantize_scheme
         scopes = ("all", "dynamic", "generate") if generate else ("all", "dynamic" if dynamic else "static")
-        return name in self.models and self.backend in (backend, "dynamo") and self.scope in scopes
+        return self.scope in scopes
+
+    @property
+    def quantize_scheme(self) -> str | None:
+        """The scheme a ``quantize`` entry gates and re-runs with (its reproducer's ``export.quantize``)."""
+        return (self.repro.export.get("quantize") if self.repro is not None else None) or None
 
     def modes(self) -> list[bool]:
         """The shape modes (``dynamic`` flags) a re-run of this entry exports in."""
@@ -162,14 +177,15 @@ class Ledger:
         raise KeyError(entry_id)
 
     def gate(
-        self, model_class: str | type, backend: str, dynamic: bool, list_name: str, generate: bool = False
+        self, model_class: str | type, backend: str, dynamic: bool, list_name: str, generate: bool = False,
+        quantize: str | None = None,
     ) -> LedgerEntry | None:
         """The first entry of ``list_name`` that applies to this export, or None to export normally."""
         return next(
             (
                 e
                 for e in self.entries
-                if e.list_name == list_name and e.applies_to(model_class, backend, dynamic, generate)
+                if e.list_name == list_name and e.applies_to(model_class, backend, dynamic, generate, quantize)
             ),
             None,
         )
@@ -178,9 +194,11 @@ class Ledger:
         """The entry turning the onnxscript optimizer off for this class, if any."""
         return self.gate(model_class, "onnx", dynamic, "ONNX_DISABLE_OPTIMIZE")
 
-    def skip(self, model_class: str | type, backend: str, dynamic: bool, generate: bool = False) -> LedgerEntry | None:
-        """The entry saying this class cannot be exported this way (``generate``: for generation), if any."""
-        return self.gate(model_class, backend, dynamic, "EXPORT_SKIPS", generate)
+    def skip(self, model_class: str | type, backend: str, dynamic: bool, generate: bool = False,
+             quantize: str | None = None) -> LedgerEntry | None:
+        """The entry saying this class cannot be exported this way (``generate``: for generation; ``quantize``:
+        quantized with that scheme), if any."""
+        return self.gate(model_class, backend, dynamic, "EXPORT_SKIPS", generate, quantize)
 
     def by_class(self, list_name: str) -> dict[str, list[LedgerEntry]]:
         """Class name → entries of ``list_name`` naming it, in file order."""

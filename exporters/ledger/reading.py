@@ -30,7 +30,14 @@ from exporters.ledger.entries import (
     parse_github_url,
 )
 from exporters.ledger.lines import _header_indices, _key_line, _quoted_line
-from exporters.ledger.validation import _CHECKS, _REPRO_HEADER, _make_repro, _repro_line, _repro_problems
+from exporters.ledger.validation import (
+    _CHECKS,
+    _REPRO_HEADER,
+    _make_repro,
+    _repro_line,
+    _repro_problems,
+    quantize_scope_problem,
+)
 
 _DECODE_LINE = re.compile(r"at line (\d+)")
 
@@ -79,6 +86,8 @@ def _build_entry(
         problem = _CHECKS[key](value, list_name) if key in _ALLOWED[list_name] else None
         if problem:
             problems.append(LedgerProblem(path, key_lines[key], f"entry {label}: {key!r} {problem}"))
+    if quantize_scope_problem(table):
+        problems.append(LedgerProblem(path, key_lines.get("scope", header), f"entry {label}: {quantize_scope_problem(table)}"))
     repro = table.get("repro")
     if isinstance(repro, dict) and table.get("backend") in BACKENDS and table.get("scope") in SCOPES:
         problems += [

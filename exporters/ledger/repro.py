@@ -86,8 +86,14 @@ def builder_export_options(static_dims: dict[str, tuple[int, ...]]) -> dict[str,
 
 
 def exporter_options(reproducer: Reproducer) -> dict[str, Any]:
-    """The reproducer's export options as exporter-config field names (``et_backend`` → ``backend``)."""
-    return {_CONFIG_FIELD.get(k, k): v for k, v in reproducer.export.items() if k != "optimize"}
+    """The reproducer's export options as exporter-config field names (``et_backend`` → ``backend``; a
+    ``quantize`` scheme → its ``QuantizeConfig``)."""
+    from exporters.quantize.schemes import QuantizeConfig
+
+    options = {_CONFIG_FIELD.get(k, k): v for k, v in reproducer.export.items() if k != "optimize"}
+    if "quantize" in options:
+        options["quantize"] = QuantizeConfig(options["quantize"])
+    return options
 
 
 def run_eager(reproducer: Reproducer) -> Any:

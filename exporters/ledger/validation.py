@@ -49,7 +49,18 @@ def _check_backend(value: Any, list_name: str) -> str | None:
 
 
 def _check_scope(value: Any, list_name: str) -> str | None:
+    if value == "quantize" and list_name == "ONNX_DISABLE_OPTIMIZE":
+        return "'quantize' gates skips only: the optimizer runs before ONNX Runtime's quantizer either way"
     return None if value in SCOPES else f"must be one of {', '.join(SCOPES)}, got {value!r}"
+
+
+def quantize_scope_problem(table: Mapping[str, Any]) -> str | None:
+    """A ``quantize`` entry must name the scheme it gates (and re-runs with) in ``[entry.repro.export]``."""
+    repro = table.get("repro")
+    export = repro.get("export") if isinstance(repro, dict) else None
+    if table.get("scope") == "quantize" and not (isinstance(export, dict) and "quantize" in export):
+        return "a 'quantize' entry names its scheme in [entry.repro.export] quantize = \"SCHEME\""
+    return None
 
 
 def _check_upstream(value: Any, list_name: str) -> str | None:
@@ -113,8 +124,8 @@ INIT_RULES: dict[str, tuple[str, ...]] = {
 # Export options a reproducer may set, per backend; each maps to a field of that exporter's config.
 REPRO_EXPORT_OPTIONS: dict[str, dict[str, type]] = {
     "dynamo": {"dynamic": bool, "strict": bool},
-    "onnx": {"dynamic": bool, "optimize": bool, "opset_version": int},
-    "executorch": {"dynamic": bool, "max_batch": int, "max_sequence": int, "et_backend": str},
+    "onnx": {"dynamic": bool, "optimize": bool, "opset_version": int, "quantize": str},
+    "executorch": {"dynamic": bool, "max_batch": int, "max_sequence": int, "et_backend": str, "quantize": str},
 }
 _REPRO_HEADER = re.compile(r"\s*\[\[?\s*entry\s*\.\s*repro\b")  # [entry.repro...] or [[entry.repro.init]]
 _SCRIPT = re.compile(r"registry/repro/([A-Za-z0-9_-]+\.py)")
@@ -243,12 +254,24 @@ def _export_problems(export: Mapping[str, Any], backend: str, scope: str, list_n
         problems.append(
             (("export", "optimize"), "'export.optimize' cannot be set here: the re-run turns the optimizer on, that is the workaround left out")
         )
+    problems += _quantize_problems(export, backend)
     dynamic = export.get("dynamic")
-    if isinstance(dynamic, bool) and scope != "all" and dynamic != (scope == "dynamic"):
+    if isinstance(dynamic, bool) and scope not in ("all", "quantize") and dynamic != (scope == "dynamic"):
         problems.append(
             (("export", "dynamic"), f"'export.dynamic' = {str(dynamic).lower()} lies outside the entry's scope {scope!r}")
         )
     return problems
+
+
+def _quantize_problems(export: Mapping[str, Any], backend: str) -> list[tuple[RePath, str]]:
+    """``export.quantize`` names a scheme of the backend."""
+    from exporters.quantize.schemes import schemes_of
+
+    scheme = export.get("quantize")
+    if isinstance(scheme, str) and scheme not in schemes_of(backend):
+        return [(("export", "quantize"), f"'export.quantize' = {scheme!r} is no {backend} scheme "
+                                         f"(choose from {', '.join(schemes_of(backend)) or 'none'})")]
+    return []
 
 
 def _repro_problems(repro: Mapping[str, Any], backend: str, scope: str, list_name: str, registry_dir: Path) -> list[tuple[RePath, str]]:

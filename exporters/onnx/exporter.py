@@ -13,6 +13,8 @@ workaround):
 5. ONNX IR fixes — ``_IR_FIXES``: ``_fix_ir_*`` functions rewriting the finished model for ONNX Runtime.
 6. ORT fusions — with ``OnnxConfig(ort_fusions=True)`` only: ONNX Runtime's fused operators
    (``exporters/onnx/fusions.py``), on the fixed graph, so validation covers them.
+7. Quantization — ``OnnxConfig(quantize=QuantizeConfig("int8" | "int4"))``: ONNX Runtime's quantizers on the finished
+   model (``exporters/onnx/quantize.py``), validated against the same scales in PyTorch and against float eager.
 
 The onnxscript optimizer runs unless the model class is listed in ``ONNX_DISABLE_OPTIMIZE`` (the
 ledger) for the export's mode, or ``OnnxConfig(optimize=False)``.
@@ -31,7 +33,7 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
-from exporters.base import ExportResult, config_as_dict, start_export
+from exporters.base import ExportResult, StageClock, config_as_dict, start_export
 from exporters.bundle.format import RUNTIMES, ComponentSpec
 from exporters.bundle.signature import describe_component, user_input_placeholders
 from exporters.dynamo.exporter import (
@@ -46,6 +48,8 @@ from exporters.masks import broadcast_expansion
 from exporters.onnx import folding, rewriter  # noqa: F401  (register the onnxscript optimizer patches)
 from exporters.onnx.fusions import fuse_for_onnxruntime
 from exporters.onnx.translations import translation_table
+from exporters.quantize.record import QuantizedExport
+from exporters.quantize.schemes import QuantizeConfig
 from exporters.utils import (
     Workaround,
     announce_workaround,
@@ -88,6 +92,11 @@ class OnnxConfig:
     without: frozenset[str] = frozenset()
     atol: float = 1e-4
     rtol: float = 1e-3
+    quantize: QuantizeConfig | None = None  # stage 7; None: float
+
+    def __post_init__(self) -> None:
+        if self.quantize is not None:
+            self.quantize.check("onnx")
 
     def as_dict(self) -> dict[str, Any]:
         return config_as_dict(self)
@@ -137,25 +146,24 @@ class OnnxExporter:
         with clock("ir fixes"), tracking_hits(run.hits):
             name_graph(onnx_program.model, component, placeholders)
             apply_ir_fixes(onnx_program.model, self.config.without)
-        if self.config.ort_fusions:
-            with clock("ort fusions"):
-                fused = fuse_for_onnxruntime(onnx_program.model)
-            metadata.notes.append(f"ONNX Runtime fusions: {fused or 'none matched'}")
+        fuse_for_ort(onnx_program.model, self.config.ort_fusions, clock, metadata.notes)
+        artifact, quantization = quantize(onnx_program.model, model, self.config.quantize, clock)
         metadata.workarounds_fired = dict(sorted(run.hits.counts.items()))
-        session = functools.cache(lambda: _session(onnx_program.model))  # only validation pays for it
+        session = functools.cache(lambda: _session(artifact))  # only validation pays for it
         run.finish()
         return ExportResult(
-            artifact=onnx_program.model,
+            artifact=artifact,
             metadata=metadata,
             model=model,
             inputs=inputs,
             run_artifact=lambda kw: _run(session(), kw),
-            save_artifact=lambda path: save_model(onnx_program.model, path),
+            save_artifact=lambda path: save_model(artifact, path),
             component=component,
             program=program,
             atol=self.config.atol,
             rtol=self.config.rtol,
             make_second_inputs=(lambda: second_shape_inputs(program, inputs)) if self.config.dynamic else None,
+            quantization=quantization,
             make_smaller_inputs=(lambda: size_one_inputs(program, inputs, self.config.dynamic_shapes))
             if self.config.dynamic else None,
         ).validated_if(validate)
@@ -512,3 +520,29 @@ def apply_ir_fixes(model: ir.Model, without: frozenset[str]) -> None:
         if any([fix(graph) for graph in graphs]):
             record_hit(fix.__name__)
 
+
+# ── Stage 6: ORT fusions ──
+# ``OnnxConfig(ort_fusions=True)``: onnxscript's rewrites into ONNX Runtime's fused operators, on the fixed graph and
+# before quantization, so that validation covers what ships.
+def fuse_for_ort(model: ir.Model, enabled: bool, clock: StageClock, notes: list[str]) -> None:
+    """Rewrite ``model`` in place into ONNX Runtime's fused operators when ``enabled``; the note says what fused."""
+    if not enabled:
+        return
+    with clock("ort fusions"):
+        fused = fuse_for_onnxruntime(model)
+    notes.append(f"ONNX Runtime fusions: {fused or 'none matched'}")
+
+
+# ── Stage 7: Quantization ──
+# ``OnnxConfig(quantize=QuantizeConfig(scheme))``: ONNX Runtime's dynamic int8 or MatMulNBits int4 quantizer runs on
+# the finished model; the weights it quantized, dequantized from its output, make the PyTorch fidelity reference
+# (exporters/onnx/quantize.py), and the float model stays the quality reference.
+def quantize(model: ir.Model, float_model: torch.nn.Module, config: QuantizeConfig | None,
+             clock: StageClock) -> tuple[ir.Model, QuantizedExport | None]:
+    """The model to ship: ``model`` quantized with ``config``'s scheme, or ``model`` itself (float)."""
+    if config is None:
+        return model, None
+    from exporters.onnx.quantize import quantize_onnx
+
+    with clock("quantization"):
+        return quantize_onnx(model, float_model, config)
