@@ -1,0 +1,297 @@
+"""``exportbot upstream``: every ledger entry and registered workaround tracked upstream.
+
+``status`` (where each item stands: linked, verified draft, unverified draft, stale, nothing), ``draft`` (write
+an item's standalone reproducer and run it), ``verify`` (run drafts' scripts again, in a fresh process without
+exportbot), ``render`` (the draft pages from their committed inputs; what scripts/check_generated.py checks).
+What a draft says and an item's status are bot.audit.drafts (pure); running scripts and probes is
+bot.run.drafts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from bot.audit.drafts import (
+    DRAFTS_DIR,
+    ENTRY,
+    DraftError,
+    DraftRecord,
+    ItemStatus,
+    TrackedItem,
+    counts,
+    expected_failure,
+    is_generated_script,
+    item_status,
+    render_pages,
+)
+from bot.audit.pins import PinFileError, find_pin_file, read_pins
+from bot.cli.json_output import emit_json, json_flag
+from bot.cli.options import registry_option
+from bot.cli.progress import CountedProgress
+from bot.cli.terminal import compact_table
+from bot.config import DEFAULT_TIMEOUT
+from bot.errors import EXIT_FAILED, EXIT_OK, UsageProblem, report_errors
+
+
+class Drafts:
+    """What every subcommand reads: the items, the draft inputs, the pins; and writing the pages."""
+
+    def __init__(self, registry_dir: Path | None, directory: Path = DRAFTS_DIR) -> None:
+        from bot.run.drafts import read_drafts, tracked_items
+
+        try:
+            self.files = read_drafts(directory)
+            self.pins = read_pins(find_pin_file(directory))
+        except (DraftError, PinFileError) as error:
+            raise UsageProblem(str(error)) from None
+        self.items = tracked_items(registry_dir)
+        self.by_id = {item.id: item for item in self.items}
+        self.registry_dir = registry_dir
+
+    def select(self, ids: Iterable[str]) -> list[TrackedItem]:
+        chosen = []
+        for item_id in ids:
+            if item_id not in self.by_id:
+                raise UsageProblem(f"{item_id!r} is no ledger entry id or registered workaround name "
+                                   "(see `exportbot upstream status`)")  # fmt: skip
+            chosen.append(self.by_id[item_id])
+        return chosen
+
+    def status(self, item: TrackedItem, record: DraftRecord | None = None) -> ItemStatus:
+        files = self.files
+        return item_status(item, files.scripts.get(item.id), files.notes.get(item.id),
+                           record if record is not None else files.runs.get(item.id), self.pins)  # fmt: skip
+
+    def pages(self) -> tuple[dict[str, str], list[ItemStatus], list[str]]:
+        files = self.files
+        return render_pages(self.items, files.scripts, files.notes, files.runs, self.pins)
+
+    def write_pages(self) -> list[str]:
+        """Write every page that changed; the names written."""
+        pages, _, _ = self.pages()
+        written = []
+        for name, text in pages.items():
+            path = self.files.directory / name
+            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+                path.write_text(text, encoding="utf-8")
+                written.append(name)
+        return written
+
+
+@click.group("upstream", context_settings={"help_option_names": ["-h", "--help"]})
+def upstream_group() -> None:
+    """Every ledger entry and registered workaround tracked upstream: drafts, their verification, links."""
+
+
+# ── status ──
+@upstream_group.command("status")
+@click.argument("ids", nargs=-1)
+@json_flag("every item with its status and reason", "docs/upstream-tracking.md")
+@registry_option
+@report_errors
+def status_command(ids: tuple[str, ...], as_json: bool, registry_dir: Path | None) -> None:
+    """Where each ledger entry and registered workaround stands: linked (it has an upstream issue), verified
+    (a draft whose standalone script fails as recorded at the pins), unverified, stale (its script no longer
+    fails: the item may be unnecessary) or nothing. Reads committed files only; runs nothing.
+
+    \b
+    Examples:
+      exportbot upstream status
+      exportbot upstream status --json | jq -r '.items[] | select(.status == "nothing") | .id'
+      exportbot upstream status _aten_is_all_true led-global-attention-data-dependent
+    """
+    drafts = Drafts(registry_dir)
+    items = drafts.select(ids) if ids else drafts.items
+    statuses = [drafts.status(item) for item in items]
+    totals = counts(statuses)
+    if as_json:
+        emit_json({"counts": totals, "items": [status.as_dict() for status in statuses]})
+        return
+    table = compact_table("item", "status", "why / next", title=f"{len(statuses)} items tracked upstream")
+    for status in statuses:
+        table.add_row(escape(status.item.id), status.status, escape(status.reason))
+    console = Console()
+    console.print(table)
+    console.print(", ".join(f"{name} {count}" for name, count in totals.items()), highlight=False)
+
+
+# ── render ──
+@upstream_group.command("render")
+@click.option("--check", is_flag=True, help="Only compare: exit 1 naming each page that differs from what its "
+                                           "inputs give now (scripts/check_generated.py runs this).")  # fmt: skip
+@registry_option
+@report_errors
+def render_command(check: bool, registry_dir: Path | None) -> None:
+    """Write docs/upstream-drafts/ID.md and README.md from their committed inputs (scripts/, notes/, runs.json,
+    the ledger and the registry). Runs no script: `exportbot upstream verify` does.
+
+    \b
+    Examples:
+      exportbot upstream render
+      exportbot upstream render --check
+    """
+    drafts = Drafts(registry_dir)
+    pages, _, problems = drafts.pages()
+    directory = drafts.files.directory
+    if check:
+        stale = [name for name, text in pages.items()
+                 if not (directory / name).is_file() or (directory / name).read_text(encoding="utf-8") != text]  # fmt: skip
+        stray = [p.name for p in sorted(directory.glob("*.md")) if p.name not in pages]
+        lines = [*(f"{directory / name}: stale; run `exportbot upstream render`" for name in stale),
+                 *(f"{directory / name}: no item has this draft (remove it)" for name in stray), *problems]  # fmt: skip
+        for line in lines:
+            click.echo(line, err=True)
+        if not lines:
+            click.echo(f"{len(pages)} draft pages are up to date")
+        click.get_current_context().exit(EXIT_FAILED if lines else EXIT_OK)
+    written = drafts.write_pages()
+    for problem in problems:
+        click.echo(f"warning: {problem}", err=True)
+    click.echo(f"{len(written)} of {len(pages)} draft pages written" + (f": {', '.join(written)}" if written else ""))
+
+
+# ── draft and verify ──
+timeout_option = click.option(
+    "--timeout", type=click.FloatRange(min=1), default=DEFAULT_TIMEOUT, show_default=True,
+    help="Seconds a script (and a probe export) may run; a slowness entry's budget_s wins.",
+)  # fmt: skip
+
+
+def _script_for(drafts: Drafts, item: TrackedItem) -> str:
+    """The item's script: a hand-written one as it is; a generated one (or none) written from its reproducer."""
+    from bot.audit.standalone import render_script
+    from bot.run.drafts import describe_reproducer, probe_export
+
+    current = drafts.files.scripts.get(item.id)
+    if current is not None and not is_generated_script(current):
+        return current
+    try:
+        script = render_script(describe_reproducer(item, probe_export(item, drafts.registry_dir), drafts.registry_dir))
+    except DraftError as error:
+        raise UsageProblem(str(error)) from None
+    if script != current:
+        path = drafts.files.script_path(item.id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(script, encoding="utf-8")
+        drafts.files.scripts[item.id] = script
+    return script
+
+
+def _run(drafts: Drafts, item: TrackedItem, timeout: float, *, probe: bool) -> DraftRecord:
+    """Run the item's script (and, ``probe``, its ``--without`` probe first); the new record."""
+    from bot.run.drafts import probe_export, run_probe, run_script
+
+    record = drafts.files.runs.get(item.id) or DraftRecord()
+    probe_run = record.probe
+    if probe and item.kind != ENTRY:
+        try:
+            probe_run = run_probe(item, probe_export(item, drafts.registry_dir), timeout=timeout)
+        except DraftError:
+            probe_run = None  # no export fired it: the notes' failure is what the script must show
+    expected = expected_failure(item, drafts.files.notes.get(item.id), probe_run)
+    script = drafts.files.scripts[item.id]
+    run = run_script(item.id, script, expected, timeout=item.budget_s or timeout)
+    return DraftRecord(run, probe_run)
+
+
+@upstream_group.command("draft")
+@click.argument("ids", nargs=-1)
+@click.option("--all", "all_items", is_flag=True, help="Every item without an upstream issue.")
+@click.option("--no-run", is_flag=True, help="Write the script and the page only; run nothing.")
+@timeout_option
+@registry_option
+@report_errors
+def draft_command(ids: tuple[str, ...], all_items: bool, no_run: bool, timeout: float,
+                  registry_dir: Path | None) -> None:  # fmt: skip
+    """Write the upstream issue draft of each item: its standalone reproducer (scripts/ID.py, from the item's
+    reproducer unless one was written by hand), then, unless --no-run, a workaround's --without probe and the
+    script, each in a fresh process, recorded in runs.json; then the page docs/upstream-drafts/ID.md.
+
+    \b
+    Examples:
+      exportbot upstream draft udop-combine-embeddings-python-indexing
+      exportbot upstream draft _aten_cummin --timeout 300
+      exportbot upstream draft --all --no-run
+    """
+    if bool(ids) == all_items:
+        raise UsageProblem("name item ids, or --all (every item without an upstream issue), not both")
+    drafts = Drafts(registry_dir)
+    items = [item for item in drafts.items if not item.upstream] if all_items else drafts.select(ids)
+    console = Console(stderr=True)
+    with CountedProgress(console, "draft") as progress:
+        progress.add(len(items))
+        for item in items:
+            progress.step(item.id)
+            _script_for(drafts, item)
+            if not no_run:
+                drafts.files.runs[item.id] = _run(drafts, item, timeout, probe=True)
+                drafts.files.write_runs()
+            drafts.write_pages()
+            status = drafts.status(item)
+            click.echo(f"{item.id}: {status.status}: {status.reason}")
+
+
+@upstream_group.command("verify")
+@click.argument("ids", nargs=-1)
+@click.option("--changed", "base", metavar="REV", default=None,
+              help="Only the drafts whose files differ from git revision REV (CI: the commit's base).")  # fmt: skip
+@click.option("--record", is_flag=True, help="Record the runs in runs.json and write the pages.")
+@click.option("--probe", is_flag=True, help="Run each workaround's --without probe again too (an export).")
+@timeout_option
+@registry_option
+@report_errors
+def verify_command(ids: tuple[str, ...], base: str | None, record: bool, probe: bool, timeout: float,
+                   registry_dir: Path | None) -> None:  # fmt: skip
+    """Run drafts' scripts again, one at a time, each in a fresh process where exportbot is not importable, and
+    compare with what runs.json records. Exit 1 when a draft's status now differs from its recorded one (a
+    verified draft that no longer fails as recorded, a run that never was, a script changed since its run);
+    with --record the runs are recorded instead. Without IDS or --changed: every draft.
+
+    \b
+    Examples:
+      exportbot upstream verify _aten_is_all_true
+      exportbot upstream verify --changed origin/main
+      exportbot upstream verify --record
+    """
+    from bot.run.drafts import changed_draft_ids
+
+    drafts = Drafts(registry_dir)
+    scripts = drafts.files.scripts
+    if base is not None:
+        try:
+            chosen = changed_draft_ids(base, drafts.files.directory)
+        except ValueError as error:
+            raise UsageProblem(str(error)) from None
+        chosen = [item_id for item_id in chosen if item_id in scripts and item_id in drafts.by_id] + list(ids)
+    else:
+        chosen = list(ids) or sorted(item_id for item_id in scripts if item_id in drafts.by_id)
+    items = drafts.select(dict.fromkeys(chosen))
+    missing = [item.id for item in items if item.id not in scripts]
+    if missing:
+        raise UsageProblem(f"no draft script for {', '.join(missing)}: run `exportbot upstream draft ID` first")
+    disagreements = 0
+    with CountedProgress(Console(stderr=True), "verify") as progress:
+        progress.add(len(items))
+        for item in items:
+            progress.step(item.id)
+            before = drafts.status(item)
+            fresh = _run(drafts, item, timeout, probe=probe)
+            now = drafts.status(item, fresh)
+            if record:
+                drafts.files.runs[item.id] = fresh
+                drafts.files.write_runs()
+            agrees = now.status == before.status or record
+            disagreements += not agrees
+            said = now.status if now.status == before.status else f"recorded {before.status}, now {now.status}"
+            click.echo(f"{item.id}: {said}: {now.reason}")
+    if record:
+        drafts.write_pages()
+    if not items:
+        click.echo("no draft to verify")
+    click.get_current_context().exit(EXIT_FAILED if disagreements else EXIT_OK)
+
