@@ -82,8 +82,9 @@ def literal(value: Any, indent: int = 0) -> str:
     """``value`` (JSON-like data: dicts, lists, str, numbers, bool, None) as a Python literal, one dict key a line."""
     pad = _INDENT * indent
     if isinstance(value, Mapping):
-        if not value:
-            return "{}"
+        inline = "{" + ", ".join(f"{literal(key)}: {literal(item)}" for key, item in value.items()) + "}"
+        if not value or (len(inline) <= 60 and not any(isinstance(item, Mapping) for item in value.values())):
+            return inline
         items = [f"{pad}{_INDENT}{literal(key)}: {literal(item, indent + 1)}," for key, item in value.items()]
         return "{\n" + "\n".join(items) + f"\n{pad}}}"
     if isinstance(value, (list, tuple)):
