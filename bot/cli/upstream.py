@@ -170,10 +170,7 @@ def _script_for(drafts: Drafts, item: TrackedItem) -> str:
     current = drafts.files.scripts.get(item.id)
     if current is not None and not is_generated_script(current):
         return current
-    try:
-        script = render_script(describe_reproducer(item, probe_export(item, drafts.registry_dir), drafts.registry_dir))
-    except DraftError as error:
-        raise UsageProblem(str(error)) from None
+    script = render_script(describe_reproducer(item, probe_export(item, drafts.registry_dir), drafts.registry_dir))
     if script != current:
         path = drafts.files.script_path(item.id)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -210,7 +207,8 @@ def draft_command(ids: tuple[str, ...], all_items: bool, no_run: bool, timeout: 
                   registry_dir: Path | None) -> None:  # fmt: skip
     """Write the upstream issue draft of each item: its standalone reproducer (scripts/ID.py, from the item's
     reproducer unless one was written by hand), then, unless --no-run, a workaround's --without probe and the
-    script, each in a fresh process, recorded in runs.json; then the page docs/upstream-drafts/ID.md.
+    script, each in a fresh process, recorded in runs.json; then the page docs/upstream-drafts/ID.md. Exit 1 when
+    an item's script cannot be written from its reproducer (the line says why: write it by hand).
 
     \b
     Examples:
@@ -223,17 +221,24 @@ def draft_command(ids: tuple[str, ...], all_items: bool, no_run: bool, timeout: 
     drafts = Drafts(registry_dir)
     items = [item for item in drafts.items if not item.upstream] if all_items else drafts.select(ids)
     console = Console(stderr=True)
+    refused = []
     with CountedProgress(console, "draft") as progress:
         progress.add(len(items))
         for item in items:
             progress.step(item.id)
-            _script_for(drafts, item)
+            try:
+                _script_for(drafts, item)
+            except DraftError as error:
+                refused.append(item.id)
+                click.echo(f"{item.id}: no draft: {error}", err=True)
+                continue
             if not no_run:
                 drafts.files.runs[item.id] = _run(drafts, item, timeout, probe=True)
                 drafts.files.write_runs()
             drafts.write_pages()
             status = drafts.status(item)
             click.echo(f"{item.id}: {status.status}: {status.reason}")
+    click.get_current_context().exit(EXIT_FAILED if refused else EXIT_OK)
 
 
 @upstream_group.command("verify")
