@@ -9,13 +9,16 @@ bot.run.drafts.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.markup import escape
 
+from bot.audit.candidates import FindResult, dump_cache, failure_text, load_cache, plan_searches, rank
 from bot.audit.drafts import (
     DRAFTS_DIR,
     ENTRY,
@@ -28,10 +31,11 @@ from bot.audit.drafts import (
     is_generated_script,
     item_status,
     render_pages,
+    repository_of,
 )
 from bot.audit.pins import PinFileError, find_pin_file, read_pins
-from bot.cli.json_output import emit_json, json_flag
-from bot.cli.options import registry_option
+from bot.cli.json_output import emit_json, json_flag, write_atomically
+from bot.cli.options import github_url_option, registry_option, token_env_option
 from bot.cli.progress import CountedProgress
 from bot.cli.terminal import compact_table
 from bot.config import DEFAULT_TIMEOUT
@@ -300,3 +304,92 @@ def verify_command(ids: tuple[str, ...], base: str | None, record: bool, probe: 
         click.echo("no draft to verify")
     click.get_current_context().exit(EXIT_FAILED if disagreements else EXIT_OK)
 
+
+
+# ── find ──
+DEFAULT_FIND_CACHE = Path(".exportbot-cache") / "upstream-find.json"
+
+
+def _find_one(search: Any, item: TrackedItem, repository: str, print_: str, texts: list[str], text: str) -> FindResult:
+    """Every query of one item; hits ranked. A stopped search keeps what the earlier queries found."""
+    from bot.github.search import SearchStopped
+
+    hits, problem = [], None
+    for query in texts:
+        try:
+            hits += search.search(query)
+        except SearchStopped as stop:
+            problem = str(stop)
+            break
+    return FindResult(item.id, repository, print_, datetime.date.today().isoformat(), tuple(texts),
+                      tuple(rank(hits, text)), problem)  # fmt: skip
+
+
+@upstream_group.command("find")
+@click.argument("ids", nargs=-1)
+@click.option("--cache", "cache_file", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_FIND_CACHE,
+              show_default=True, help="Results per item fingerprint: an item whose failure did not change is not "
+                                      "searched again.")  # fmt: skip
+@click.option("--max-wait", type=click.FloatRange(min=0), default=120.0, show_default=True,
+              help="Longest rate-limit wait (retry-after) to sit out before leaving an item for the next run.")  # fmt: skip
+@json_flag("each item's queries and ranked candidates", "docs/upstream-tracking.md")
+@github_url_option
+@token_env_option
+@registry_option
+@report_errors
+def find_command(ids: tuple[str, ...], cache_file: Path, max_wait: float, as_json: bool, github_url: str | None,
+                 token_env: str | None, registry_dir: Path | None) -> None:  # fmt: skip
+    """Search the repository that would fix each item without an upstream issue for issues and pull requests
+    that may already report it (queries from its failure's message, op and symbol names, model class), and rank
+    the hits by how much of its failure text they repeat. At most 30 searches a minute (10 without a token);
+    403/429 answers are waited out as retry-after says. Links nothing: tick a candidate on the dashboard or run
+    `exportbot upstream link`.
+
+    \b
+    Examples:
+      exportbot upstream find
+      exportbot upstream find _aten_is_all_true --json
+      exportbot upstream find --cache .exportbot-cache/upstream-find.json --max-wait 60
+    """
+    from bot.cli.pr import make_github
+    from bot.github.search import SEARCHES_PER_MINUTE, IssueSearch
+    from bot.github.tracker import _token_from_env
+
+    drafts = Drafts(registry_dir)
+    items = drafts.select(ids) if ids else [item for item in drafts.items if not item.upstream]
+    linked = [item.id for item in items if item.upstream]
+    if linked:
+        raise UsageProblem(f"{', '.join(linked)} already link an upstream issue; find searches for items without one")
+    files = drafts.files
+    subjects = [(item, repository_of(item, files.notes.get(item.id)), failure_text(item, files.runs.get(item.id)))
+                for item in items]  # fmt: skip
+    cache = load_cache(cache_file.read_text(encoding="utf-8")) if cache_file.is_file() else {}
+    plan, skipped = plan_searches(subjects, cache)
+    for line in skipped:
+        click.echo(line, err=True)
+    token = _token_from_env(token_env)
+    search = IssueSearch(make_github(github_url, token), per_minute=SEARCHES_PER_MINUTE if token else 10,
+                         max_wait=max_wait)  # fmt: skip
+    texts = {item.id: text for item, _, text in subjects}
+    results = {result.item_id: result for result in plan.cached}
+    with CountedProgress(Console(stderr=True), "find") as progress:
+        progress.add(len(plan.search))
+        for item, repository, print_, queries in plan.search:
+            progress.step(f"{item.id} ({len(queries)} searches in {repository})")
+            results[item.id] = _find_one(search, item, repository, print_, queries, texts[item.id])
+            cache[item.id] = results[item.id]
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(cache_file, dump_cache(cache))  # after each item: a stopped run keeps what it found
+    ordered = [results[item.id] for item in items if item.id in results]
+    if as_json:
+        emit_json({"searched": len(plan.search), "cached": len(plan.cached), "waited_s": round(search.waited, 1),
+                   "items": [result.as_dict() for result in ordered]})  # fmt: skip
+        return
+    table = compact_table("item", "candidates (score)", title=f"{len(ordered)} items: {len(plan.search)} searched, "
+                                                            f"{len(plan.cached)} from the cache")  # fmt: skip
+    for result in ordered:
+        lines = [f"{c.short} {c.score:.2f} {c.state}: {c.title}" for c in result.candidates] or ["no candidate"]
+        if result.problem:
+            lines.append(f"(stopped: {result.problem})")
+        table.add_row(escape(result.item_id), escape("\n".join(lines)))
+    Console().print(table)

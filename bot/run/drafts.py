@@ -13,6 +13,7 @@ shortened so the output reads the same on any machine.
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import inspect
 import json
 import os
@@ -50,7 +51,6 @@ from bot.audit.standalone import LITERAL_ELEMENTS, DimSpec, ScriptSpec, TensorSp
 from bot.audit.verdict import first_error_line
 from bot.audit.workaround_index import load_index, select_probes
 
-ROOT = DRAFTS_DIR.parents[1]
 UPSTREAM_PACKAGES = ("torch", "transformers", "onnx", "onnxscript", "onnxruntime", "executorch", "torchao")
 _BOOTSTRAP = r"""
 import importlib.util, json, os, platform, runpy, sys, traceback
@@ -83,25 +83,25 @@ except BaseException as error:  # printed as `python script.py` would: from the 
 
 
 # ── The items and the draft files ──
-def _relative(path: str | Path, root: Path) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(root))
-    except ValueError:
-        return str(path)
+def module_path(module: str) -> str:
+    """``exporters/onnx/translations.py`` for ``exporters.onnx.translations``: where a workaround is defined, the
+    same in every checkout."""
+    spec = importlib.util.find_spec(module)
+    package = spec is not None and spec.submodule_search_locations is not None
+    return module.replace(".", "/") + ("/__init__.py" if package else ".py")
 
 
-def tracked_items(registry_dir: Path | None = None, root: Path = ROOT) -> list[TrackedItem]:
+def tracked_items(registry_dir: Path | None = None) -> list[TrackedItem]:
     """Every ledger entry (file order) and every registered workaround (registration order)."""
     import exporters
     from exporters.ledger import default_registry_dir, load_ledger
     from exporters.utils import all_workarounds
 
-    ledger = load_ledger(registry_dir or default_registry_dir())
-    items = [entry_item(entry, _relative(entry.path, root)) for entry in ledger.entries]
+    directory = registry_dir or default_registry_dir()
+    ledger = load_ledger(directory)
+    items = [entry_item(entry, f"{directory.name}/{entry.path.name}") for entry in ledger.entries]
     exporters.load_all_workarounds()
-    for workaround in all_workarounds():
-        source = inspect.getsourcefile(inspect.unwrap(workaround.func)) or workaround.func.__module__
-        items.append(workaround_item(workaround, _relative(source, root)))
+    items += [workaround_item(w, module_path(inspect.unwrap(w.func).__module__)) for w in all_workarounds()]
     return items
 
 
