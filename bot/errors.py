@@ -68,31 +68,85 @@ def caused_by(outer_type: str, cause: str | None) -> str:
     return cause if cause.split(":", 1)[0] == outer_type else f"{outer_type} ← {cause}"
 
 
-# (pattern on the error text, stage it applies to or None for any, hint). First match wins.
-HINTS: list[tuple[str, str | None, str]] = [
-    (r"not implemented for '(Half|BFloat16)'", None, "an op has no float16/bfloat16 CPU kernel: try --dtype float32"),
+# (pattern on the error text, stage it applies to or None for any, hint, the option the hint proposes or None).
+# First match wins; a row whose option the user already gave is passed over (hint_for), so a later row of the
+# same failure says what is left to try.
+HINTS: list[tuple[str, str | None, str, str | None]] = [
+    (r"not implemented for '(Half|BFloat16)'", None, "an op has no float16/bfloat16 CPU kernel: try --dtype float32",
+     "--dtype float32"),
     (r"data-dependent|GuardOnDataDependentSymNode|Could not extract specialized integer", None,
-     "data-dependent control flow: try --static, or see EXPORT_SKIPS in registry/"),
+     "data-dependent control flow: try --static, or see EXPORT_SKIPS in registry/", "--static"),
+    (r"data-dependent|GuardOnDataDependentSymNode|Could not extract specialized integer", None,
+     "data-dependent control flow: see EXPORT_SKIPS in registry/", None),
     (r"Constraints violated|specialized to be a constant|ConstraintViolation|not all values of", None,
      "the model fixes a dim you made dynamic: use --static, or name every input sharing that axis "
-     "with --dynamic-dim"),
-    (r"upper bound on every dynamic dim", None, "give bounds: --max-batch/--max-sequence or --dynamic-dim NAME:AXIS:MIN:MAX"),
-    (r".", "building model", "check the class name and --task, or export a checkpoint directory"),
-    (r"optimi[sz]", "torch.onnx.export", "try --no-optimize"),
+     "with --dynamic-dim", None),
+    (r"upper bound on every dynamic dim", None, "give bounds: --max-batch/--max-sequence or --dynamic-dim NAME:AXIS:MIN:MAX",
+     None),
+    (r".", "building model", "check the class name and --task, or export a checkpoint directory", None),
+    (r"optimi[sz]", "torch.onnx.export", "try --no-optimize", "--no-optimize"),
     (r".", "torch.onnx.export", "an op the ONNX exporter cannot translate: see `exportbot list-workarounds`, "
-     "or try --no-optimize"),
+     "or try --no-optimize", "--no-optimize"),
+    (r".", "torch.onnx.export", "an op the ONNX exporter cannot translate, with the optimizer off too: see "
+     "`exportbot list-workarounds`", None),
     (r".", "partition/preprocess", "an ExecuTorch lowering bug: try --static, or --without NAME to bisect "
-     "the workarounds (`exportbot list-workarounds`)"),
-    (r".", "validating", "the artifact does not match eager: if the difference is rounding, loosen --atol/--rtol"),
+     "the workarounds (`exportbot list-workarounds`)", "--static"),
+    (r".", "partition/preprocess", "an ExecuTorch lowering bug: --without NAME bisects the workarounds "
+     "(`exportbot list-workarounds`)", None),
+    (r".", "validating", "the artifact does not match eager: if the difference is rounding, loosen --atol/--rtol",
+     None),
 ]
 DEFAULT_HINT = "run with --debug for the traceback"
 
 
-def hint_for(text: str, stage: str | None, backend: str | None = None) -> str:
-    for pattern, where, hint in HINTS:
-        if (where is None or where == stage) and re.search(pattern, text, flags=re.IGNORECASE):
+def options_given(dynamic: bool, optimize: bool | None, dtype: str | None = None) -> frozenset[str]:
+    """The options of an export that hints must not propose again (``--no-optimize`` when it was given)."""
+    given = {"--static"} if not dynamic else set()
+    if optimize is False:
+        given.add("--no-optimize")
+    if dtype == "float32":
+        given.add("--dtype float32")
+    return frozenset(given)
+
+
+def hint_for(text: str, stage: str | None, backend: str | None = None, given: frozenset[str] = frozenset(),
+             without: tuple[str, ...] | list[str] = ()) -> str:
+    """What to try next after a failure at ``stage`` whose text is ``text``, given the options already used.
+
+    An export run ``--without`` a workaround is a probe of it: the hint says so first, since the failure is
+    likely what the workaround exists for."""
+    if without:
+        names = ", ".join(without)
+        return (f"--without {names} left out {'that workaround' if len(without) == 1 else 'those workarounds'}: "
+                "this may be the failure it works around (the same export without --without shows it)")
+    for pattern, where, hint, option in HINTS:
+        if (where is None or where == stage) and option not in given and re.search(pattern, text, flags=re.IGNORECASE):
             return hint
     return DEFAULT_HINT
+
+
+def failure_line(outcome: Any) -> str:
+    """``MODEL: STATUS at STAGE: Type ← innermost cause — hint: … (full text: OUT.failed.json)``: one line."""
+    stage = f" at {outcome.failed_stage}" if outcome.failed_stage else ""
+    if outcome.error_type:
+        cause = caused_by(outcome.error_type, outcome.cause)
+    else:  # did not validate: the error is the comparison's own summary
+        cause = first_line(outcome.error or "no output tensor to compare")
+    given = options_given(outcome.dynamic, outcome.optimize, (outcome.options or {}).get("dtype"))
+    hint = outcome.hint or hint_for(outcome.error or "", outcome.failed_stage, outcome.backend, given,
+                                    outcome.workarounds_disabled)
+    where = f" (full text: {outcome.files['failure']})" if "failure" in outcome.files else ""
+    return f"{outcome.model}: {outcome.status}{stage}: {cause} — hint: {hint}{where}"
+
+
+def echo_failure(outcome: Any) -> None:
+    """The failure line on stderr, and with ``--debug`` the traceback its failure record holds."""
+    import json
+    from pathlib import Path
+
+    click.echo(failure_line(outcome), err=True)
+    if click.get_current_context().find_root().params.get("debug") and "failure" in outcome.files:
+        click.echo(json.loads(Path(outcome.files["failure"]).read_text()).get("traceback", ""), err=True)
 
 
 def report_errors(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -115,8 +169,27 @@ def report_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+class OneLineUsageError(click.UsageError):
+    """A bad option or choice, shown as one line (``Error: …``) instead of click's usage block: the message
+    names the option and the choices already, and ``--help`` is there for the rest."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"Error: {self.format_message()}", err=True, file=file)
+
+
+def one_line(error: click.UsageError) -> OneLineUsageError:
+    return error if isinstance(error, OneLineUsageError) else OneLineUsageError(error.format_message(), error.ctx)
+
+
 class ExportbotGroup(click.Group):
-    """The root group: ``--debug`` anywhere on the line, Ctrl-C is exit 130, typos get a suggestion."""
+    """The root group: ``--debug`` anywhere on the line, Ctrl-C is exit 130, typos get a suggestion, and a bad
+    option or choice is one line with exit code 2."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as error:  # an option of the root group itself
+            raise one_line(error) from None
 
     def main(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
         args = list(sys.argv[1:] if args is None else args)
@@ -126,8 +199,13 @@ class ExportbotGroup(click.Group):
         return super().main(args, *rest, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
+        from exporters.stages import interrupts_recorded
+
         try:
-            return super().invoke(ctx)
+            with interrupts_recorded():  # a Ctrl-C is never lost in a callback Python swallows it in
+                return super().invoke(ctx)
+        except click.UsageError as error:  # a subcommand's option or argument (parsed inside invoke)
+            raise one_line(error) from None
         except KeyboardInterrupt:
             click.echo("\ninterrupted (nothing half-written was kept)", err=True)
             ctx.exit(EXIT_INTERRUPTED)

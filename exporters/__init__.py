@@ -28,6 +28,7 @@ _LAZY = {
     "register_bundle_types": "exporters.bundle.loading",
     "ExportedModel": "exporters.bundle.loading",
     "InputError": "exporters.bundle.loading",
+    "BundleError": "exporters.bundle.format",
 }
 
 __all__ = [*_LAZY, "load_all_workarounds"]

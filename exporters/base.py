@@ -20,6 +20,7 @@ from exporters.bundle.format import (
     MANIFEST_FILE,
     SUMMARY_FILE,
     ComponentSpec,
+    DimRange,
     Manifest,
     TracedInt,
     exportbot_identity,
@@ -29,9 +30,12 @@ from exporters.bundle.format import (
     write_model_configs,
 )
 from exporters.flatten import leaves_with_path
+from exporters.minimum_sizes import check_smaller_shape
+from exporters.optional_inputs import eager_default, optional_arguments
 from exporters.utils import HitLog, check_disabled_names
 from exporters.validation import (
     MISMATCH,
+    PASS,
     OutputCheck,
     ShapeCheck,
     ValidationReport,
@@ -177,22 +181,61 @@ class ExportResult:
     make_second_inputs: Callable[[], dict[str, Any] | None] | None = field(default=None, repr=False)
     program: Any = field(default=None, repr=False)  # the torch.export program the artifact came from
     validation: ValidationReport | None = None
+    # Shapes below the program's proven range (``[(label, inputs)]``: batch 1, sequence 1), made on first read
+    # like the second shape; validation decides each dim's minimum with them (exporters.minimum_sizes).
+    make_smaller_inputs: Callable[[], list[tuple[str, dict[str, Any]]]] | None = field(default=None, repr=False)
     _second_inputs: dict[str, Any] | None = field(default=None, init=False, repr=False)
+    _smaller_inputs: list[tuple[str, dict[str, Any]]] = field(default_factory=list, init=False, repr=False)
+    traced_dims: dict[str, DimRange] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # The program's own ranges: every validation starts from them, so validating twice records the same.
+        self.traced_dims = copy.deepcopy(self.component.dims)
+
+    def _made_once(self, maker: str, made: str) -> Any:
+        """What the ``maker`` field makes, made on first read and kept in ``made``; the time goes to the
+        ``second-shape inputs`` stage (an export nobody validates never pays it)."""
+        make = getattr(self, maker)
+        if make is not None:
+            started = time.perf_counter()
+            setattr(self, made, make())
+            setattr(self, maker, None)
+            _add_stage(self.metadata.stage_seconds, "second-shape inputs", time.perf_counter() - started)
+        return getattr(self, made)
 
     @property
     def second_inputs(self) -> dict[str, Any] | None:
         """Inputs of another batch/sequence size, or None (a static program); made once, on first read."""
-        if self.make_second_inputs is not None:
-            started = time.perf_counter()
-            self._second_inputs = self.make_second_inputs()
-            self.make_second_inputs = None
-            _add_stage(self.metadata.stage_seconds, "second-shape inputs", time.perf_counter() - started)
-        return self._second_inputs
+        return self._made_once("make_second_inputs", "_second_inputs")
 
     @second_inputs.setter
     def second_inputs(self, value: dict[str, Any] | None) -> None:
         self.make_second_inputs = None
         self._second_inputs = value
+
+    @property
+    def smaller_inputs(self) -> list[tuple[str, dict[str, Any]]]:
+        """``[(label, inputs)]`` at sizes below the program's range; made once, on first read."""
+        return self._made_once("make_smaller_inputs", "_smaller_inputs")
+
+    @smaller_inputs.setter
+    def smaller_inputs(self, value: list[tuple[str, dict[str, Any]]]) -> None:
+        self.make_smaller_inputs = None
+        self._smaller_inputs = value
+
+    def check_smaller_shapes(self, module: torch.nn.Module, loaded: Any, report: ValidationReport) -> None:
+        """Validate ``loaded`` (this export's component, loaded from the written files) at each smaller shape
+        and record each dim's validated minimum in ``self.component`` (exporters.minimum_sizes)."""
+        def run_check(label: str, inputs: dict[str, Any]) -> ShapeCheck:
+            return _check_loaded(label, inputs, module, loaded, self.atol, self.rtol)
+
+        self.component.dims = copy.deepcopy(self.traced_dims)  # each validation decides anew, from the program's
+        component = getattr(loaded, "default", loaded)  # an ExportedModel's one component, or the component
+        for label, inputs in self.smaller_inputs:
+            check = check_smaller_shape(label, inputs, self.component, component.spec.dims,
+                                        lambda kwargs: module(**kwargs), run_check)
+            if check is not None:
+                report.smaller_shapes.append(check)
 
     def validated_if(self, validate: bool) -> ExportResult:
         """Itself, validated first when ``validate`` (the ``export(..., validate=True)`` of every exporter)."""
@@ -242,6 +285,25 @@ class ExportResult:
             stage_seconds=meta.stage_seconds, notes=meta.notes, options=meta.options,
         )
 
+    def check_optional_inputs(self, loaded: Any, report: ValidationReport) -> None:
+        """Find what eager fills for each optional argument the sample had (``token_type_ids``), validate the
+        loaded bundle called without it against eager called without it, and record the fills that passed
+        in ``self.component.optional`` (exporters.optional_inputs)."""
+        self.component.optional = {}
+        component = loaded.default
+        for name in optional_arguments(self.model, self.inputs):
+            default = eager_default(self.model, self.inputs, name, self.atol, self.rtol)
+            if default is None:
+                continue
+            without = {k: v for k, v in self.inputs.items() if k != name}
+            component.spec.optional[name] = default
+            check = _check_loaded(f"sample shape without {name}", without, self.model, loaded, self.atol, self.rtol)
+            report.omitted_inputs.append(check)
+            if check.status == PASS:
+                self.component.optional[name] = default
+            else:
+                del component.spec.optional[name]
+
     def _write(self, directory: Path) -> Manifest:
         seconds = self.metadata.stage_seconds
         for stage in ("write bundle", "validation"):  # this write's timings, not the sum over earlier ones
@@ -268,6 +330,8 @@ class ExportResult:
             cases.append(("second shape", self.second_inputs))
         for label, inputs in cases:
             report.shapes.append(_check_loaded(label, inputs, self.model, loaded, self.atol, self.rtol))
+        self.check_smaller_shapes(self.model, loaded, report)
+        self.check_optional_inputs(loaded, report)
         _add_stage(self.metadata.stage_seconds, "validation", time.perf_counter() - started)
         self.validation = report
         manifest = self.manifest()

@@ -118,6 +118,7 @@ class ExportOptions:
     rtol: float | None = None
     dynamic_dims: tuple[DynamicDim, ...] = ()
     pretrained: bool = False
+    init_scale: float | None = None  # a tiny model's initialisation scales multiplied by it
 
     # ── Checks, before any work ──
     def check(self, backend: str, dynamic: bool, et_backend: str = "xnnpack") -> None:
@@ -140,7 +141,7 @@ class ExportOptions:
             if backend == "executorch" and lowers_in and self.dtype != lowers_in:
                 raise OptionError(f"ExecuTorch {et_backend} lowers in {lowers_in}; --dtype {self.dtype} needs another "
                                   "backend (--backend onnx or dynamo)")
-        for name in ("atol", "rtol"):
+        for name in ("atol", "rtol", "init_scale"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise OptionError(f"--{name} must be positive, got {value}")
@@ -246,6 +247,16 @@ class ExportOptions:
                     dims[dim.axis] = Dim.DYNAMIC(min=dim.min if dim.min is not None else 1, max=dim.max)
             spec[name] = dims or None
         return spec
+
+    def init_scale_overrides(self, class_name: str) -> dict[str, float] | None:
+        """The tiny config's overrides for ``init_scale`` (None without it)."""
+        if self.init_scale is None:
+            return None
+        from exporters.tiny import model_class
+        from exporters.tiny.initialisation import init_scale_overrides
+        from exporters.tiny.shrink import default_config
+
+        return init_scale_overrides(default_config(model_class(class_name)), self.init_scale)
 
     # ── Into the model and its inputs ──
     def cast(self, model: torch.nn.Module, inputs: dict[str, Any], dtype: torch.dtype) -> tuple[torch.nn.Module, dict]:
@@ -373,9 +384,13 @@ def build_model(model: str, options: ExportOptions, seed: int, dtype: torch.dtyp
     path = Path(model)
     if not path.is_dir() and not hub.is_hub_id(model):
         tiny = build_tiny(class_name, seed, batch=options.batch_size, sequence=options.sequence_length,
-                          image_size=options.image_size)
+                          image_size=options.image_size, overrides=options.init_scale_overrides(class_name))
         built, inputs, static_dims = tiny.model, tiny.inputs, tiny.static_dims
+        if options.init_scale is not None:
+            notes.append(f"initialisation scaled by {options.init_scale:g}")
     else:
+        if options.init_scale is not None:
+            raise OptionError(f"--init-scale scales a tiny model built from a class name; {model} is a checkpoint")
         built, note = load_checkpoint(model, class_name, seed, pretrained=options.pretrained)
         notes.append(note)
         inputs = sample_inputs(built, batch=options.batch_size, sequence=options.sequence_length, seed=seed)
@@ -398,12 +413,13 @@ def load_checkpoint(model: str, class_name: str, seed: int, pretrained: bool = F
     source: str | Path = path if local else model
     cls = model_class(class_name)
     config = transformers.AutoConfig.from_pretrained(source, local_files_only=local or hub.local_only())
-    if (local and _has_weights(path)) or (not local and pretrained):
+    if (local and has_weights(path)) or (not local and pretrained):
         return cls.from_pretrained(source, local_files_only=local or hub.local_only()).eval(), f"weights loaded from {model}"
     torch.manual_seed(seed)
     note = f"random weights (seed {seed}) from {model}'s config" + ("" if local else "; --pretrained loads its weights")
     return cls(config).eval(), note
 
 
-def _has_weights(directory: Path) -> bool:
+def has_weights(directory: Path) -> bool:
+    """Whether a checkpoint directory holds weights (else a model is random-initialised from its config)."""
     return any(directory.glob("*.safetensors")) or any(directory.glob("pytorch_model*.bin"))

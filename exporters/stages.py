@@ -6,6 +6,8 @@ wraps the library entry points that start each step (torch.export, run_decomposi
 partition/preprocess, to_executorch, torch.onnx.export) for the duration of one export and calls
 ``report(name)`` as each starts; the tracker it yields remembers the innermost stage an exception left.
 
+``interrupts_recorded()`` keeps a Ctrl-C that Python swallowed (below) for the next stage to raise.
+
 ``quiet_native_noise()`` drops the ExecuTorch runtime's ``cpuinfo`` diagnostics (five lines such as
 ``[cpuinfo_utils.cpp:87] Failed to open midr file`` per program load on x86), which the C++ runtime writes
 straight to file descriptor 2, past Python's logging.
@@ -47,7 +49,14 @@ class StageTracker:
     active: list[str] = field(default_factory=list)
     failed: str | None = None
 
+    @property
+    def stopped_at(self) -> str | None:
+        """Where an interrupted export was: the stage an exception left, else the innermost one running, else
+        the last one started (a Ctrl-C Python swallowed is raised again as the next stage starts)."""
+        return self.failed or next(reversed(self.active), None) or next(reversed(self.started), None)
+
     def enter(self, name: str) -> None:
+        raise_if_interrupted()  # a Ctrl-C that Python swallowed while the last stage ran
         self.failed = None
         self.started.append(name)
         self.active.append(name)
@@ -115,6 +124,43 @@ def preload_executorch() -> None:
     """Import ExecuTorch's program module so that ``stage_events`` can follow its lowering steps."""
     with contextlib.suppress(ImportError):
         importlib.import_module("executorch.exir.program._program")
+
+
+# ── Ctrl-C that Python swallowed ──
+# Python drops an exception raised inside a weakref callback or a ``__del__`` ("Exception ignored in: …"), and
+# torch.export's tracer runs such callbacks all the time: a SIGINT that lands in one raises KeyboardInterrupt
+# there, which is lost, and the export went on to publish its bundle (seen: 1 of 4 Ctrl-C's during a tiny
+# Llama's ONNX export). ``interrupts_recorded`` remembers every SIGINT, so that the next stage, or publishing,
+# raises it again (``raise_if_interrupted``).
+_interrupted = threading.Event()
+
+
+def _record_interrupt(signum: int, frame: Any) -> None:
+    _interrupted.set()
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupts_recorded() -> Iterator[None]:
+    """Within the block, Ctrl-C raises KeyboardInterrupt as usual and is also remembered (main thread only)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, _record_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _interrupted.clear()
+
+
+def raise_if_interrupted() -> None:
+    """Raise the KeyboardInterrupt of a Ctrl-C received since the last call, if Python swallowed it."""
+    if _interrupted.is_set():
+        _interrupted.clear()
+        raise KeyboardInterrupt
 
 
 # ── Native noise ──

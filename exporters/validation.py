@@ -90,6 +90,12 @@ class ValidationReport:
     atol: float
     rtol: float
     shapes: list[ShapeCheck] = field(default_factory=list)
+    # Shapes below the range torch.export proved (batch 1, a one-token prompt): they decide each dim's
+    # validated minimum (exporters.minimum_sizes), not the verdict, which is the sample and second shapes'.
+    smaller_shapes: list[ShapeCheck] = field(default_factory=list)
+    # The sample without each optional argument, on the bundle filling it as eager does
+    # (exporters.optional_inputs): they decide the manifest's ``optional``, not the verdict.
+    omitted_inputs: list[ShapeCheck] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -127,7 +133,11 @@ class ValidationReport:
             raise ValidationError(f"validation {self.status}: " + "; ".join(problems[:5]))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "atol": self.atol, "rtol": self.rtol, "shapes": [asdict(s) for s in self.shapes]}
+        data = {"status": self.status, "atol": self.atol, "rtol": self.rtol, "shapes": [asdict(s) for s in self.shapes]}
+        for name in ("smaller_shapes", "omitted_inputs"):
+            if getattr(self, name):
+                data[name] = [asdict(s) | {"status": s.status} for s in getattr(self, name)]
+        return data
 
 
 def _degenerate(expected: torch.Tensor, atol: float) -> str:

@@ -91,7 +91,9 @@ def decode_speeds(out: Path, seed: int) -> dict[str, float]:
 
     bundle = load(out)
     layout = bundle.metadata.generation
-    model = rebuild_source(layout["source"])
+    model, why_not = rebuild_source(layout["source"], out)
+    if model is None:
+        raise RuntimeError(why_not)
     prompts = sample_prompts(model, batch=2, prompt_length=8, seed=seed)
     plans = plan_components(model, prompts, GenerationExportConfig(max_cache_len=layout["max_cache_len"]),
                             bundle.metadata.backend)

@@ -75,8 +75,10 @@ def test_bundle_holds_manifest_configs_and_derived_summary(onnx_export, saved):
     assert component["file"] == "model.onnx" and component["runtime"] == "onnxruntime"
     assert component["arguments"] == list(result.inputs)
     assert [i["name"] for i in component["inputs"]] == ["input_ids", "attention_mask", "token_type_ids"]
-    assert component["inputs"][0] == {"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"]}
-    assert component["dims"]["sequence"]["min"] == 2
+    vocabulary = [int(result.inputs["input_ids"].min()), int(result.inputs["input_ids"].max())]
+    assert component["inputs"][0] == {"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"],
+                                      "values": vocabulary}
+    assert component["dims"]["sequence"]["min"] == 1  # validated at 1 (torch.export's own range starts at 2)
     assert [o["name"] for o in component["outputs"]] == ["last_hidden_state", "pooler_output"]
     assert component["pytree_types"] == ["transformers.modeling_outputs.BaseModelOutputWithPoolingAndCrossAttentions"]
     validation = component["validation"]
@@ -215,13 +217,13 @@ def test_plain_torch_export_load_works_after_the_one_documented_call(llama_dynam
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (lambda kw: {k: v for k, v in kw.items() if k != "attention_mask"},
-     "missing input 'attention_mask': model.onnx takes input_ids, attention_mask, token_type_ids"),
+    (lambda kw: {k: v for k, v in kw.items() if k != "input_ids"},
+     "missing input 'input_ids': model.onnx takes input_ids (optional: attention_mask, token_type_ids)"),
     (lambda kw: kw | {"labels": kw["input_ids"]}, "unexpected input 'labels'"),
     (lambda kw: kw | {"input_ids": kw["input_ids"].int()}, "input 'input_ids' has dtype int32; exported for int64"),
     (lambda kw: kw | {"input_ids": kw["input_ids"][0]}, "input 'input_ids' has 1 dims [8]; exported for 2"),
-    (lambda kw: {k: v[:, :1] for k, v in kw.items()},
-     "input 'input_ids' dim 1 (sequence) is 1, outside the exported range 2..128"),
+    (lambda kw: {k: v.repeat(1, 17)[:, :129] for k, v in kw.items()},
+     "input 'input_ids' dim 1 (sequence) is 129, outside the validated range 1..128"),
     (lambda kw: kw | {"token_type_ids": kw["token_type_ids"][:, :5]},
      "input 'token_type_ids' dim 1 is 5 but 'input_ids' dim 1 is 8: both are 'sequence'"),
 ])
@@ -280,7 +282,11 @@ def test_onnx_dims_are_the_programs_and_run_at_other_sizes(onnx_export, saved, n
     onnx_shapes = _onnx_shapes(directory / "model.onnx")
     for leaf, expected in EXPECTED_INPUT_SHAPES[name].items():
         assert onnx_shapes[leaf] == expected, leaf
-    # Every dim: an integer where the program is static, one name per symbol, the program's range.
+    # Every dim: an integer where the program is static, one name per symbol, the program's range (its min 1
+    # where a smaller shape validated there: exporters.minimum_sizes).
+    at_one = {dim for shape in component.validation.get("smaller_shapes", []) if shape["status"] == "pass"
+              for spec in component.inputs for dim, size in zip(spec.shape, shape["input_shapes"].get(spec.name, []))
+              if size == 1 and isinstance(dim, str)}
     name_of: dict[sympy.Symbol, str] = {}
     for leaf, program_shape in _program_shapes(result).items():
         assert len(onnx_shapes[leaf]) == len(program_shape), leaf
@@ -292,7 +298,7 @@ def test_onnx_dims_are_the_programs_and_run_at_other_sizes(onnx_export, saved, n
                 assert isinstance(onnx_dim, str) and onnx_dim, f"{leaf} dim {index} is symbolic in the program"
                 assert name_of.setdefault(expr, onnx_dim) == onnx_dim, f"{expr} has two names"
                 bounds = result.program.range_constraints[expr]
-                assert component.dims[onnx_dim].min == int(bounds.lower)
+                assert component.dims[onnx_dim].min == (1 if onnx_dim in at_one else int(bounds.lower))
                 assert component.dims[onnx_dim].max == (int(bounds.upper) if isinstance(bounds.upper, sympy.Integer) else None)
     assert len(set(name_of.values())) == len(name_of), "two symbols share a name"
     assert set(component.dims) == set(name_of.values())
@@ -356,6 +362,17 @@ def test_pte_bundle_loads_and_runs_without_exportbot(et_export, saved, tmp_path)
 def test_onnx_bundle_runs_without_exportbot(onnx_export, saved, tmp_path):
     result = onnx_export("T5ForConditionalGeneration", True)
     _runs_without_exportbot(saved(result), result, tmp_path)
+
+
+def test_the_runtime_only_script_makes_valid_inputs_from_the_manifest(onnx_export, saved, tmp_path):
+    """No --inputs: BERT's token_type_ids (two types) come from the manifest's optional fill, its input_ids from
+    the sample's value range, its shape from the validated sample; random ids 0..9 used to crash ONNX Runtime."""
+    directory = saved(onnx_export("BertModel", True))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    completed = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_bundle_without_exportbot.py"),
+                                str(directory)], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert json.loads(completed.stdout)["outputs"] == [{"last_hidden_state": [2, 8, 32], "pooler_output": [2, 32]}]
 
 
 def _runs_without_exportbot(directory: Path, result, tmp_path: Path) -> None:

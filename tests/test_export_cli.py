@@ -86,8 +86,8 @@ def test_checkpoint_without_architectures_exports_a_generation_bundle_with_task(
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "gen" / "export.json").read_text())
     assert manifest["model_class"] == "LlamaForCausalLM" and manifest["generation"]["kind"] == "decoder-only"
-    assert manifest["generation"]["source"] == {"checkpoint": str(checkpoint.resolve()), "seed": 0,
-                                                "task": "text-generation"}  # fmt: skip
+    assert manifest["generation"]["source"] == {"checkpoint": str(checkpoint.resolve()), "weights": False,
+                                                "seed": 0, "task": "text-generation"}  # fmt: skip
     generated = cli("generate", str(tmp_path / "gen"), "--max-new-tokens", "4", "--json")
     assert generated.exit_code == 0, generated.output
     comparison = json.loads(generated.stdout)["eager_comparison"]

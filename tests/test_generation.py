@@ -74,6 +74,48 @@ def test_generate_in_a_fresh_process_matches_eager(llama_bundle):
     assert result["decode_tokens_per_second"] > 0
 
 
+def test_one_token_prompts_and_batch_1_are_validated_and_generate(llama_bundle):
+    """torch.export's ranges start at 2 (decode's past, its mask at 3): the bundle validates a one-token prompt
+    and batch 1 on the written files, records those minima, and generates there as eager does."""
+    out, _, _ = llama_bundle
+    manifest = json.loads((out / "export.json").read_text())
+    for name in ("prefill", "decode"):
+        component = manifest["components"][name]
+        smaller = component["validation"]["smaller_shapes"]
+        assert [(s["label"], s["status"]) for s in smaller] == [("one-token prompt", "pass"), ("batch 1", "pass")]
+        assert component["dims"]["batch"]["min"] == 1
+    decode = manifest["components"]["decode"]
+    assert decode["dims"]["sequence"]["min"] == 2  # the mask of a one-token prompt's first decode step
+    past = {shape[2] for spec in decode["inputs"] if spec["name"].startswith("past_") for shape in [spec["shape"]]}
+    assert {decode["dims"][name]["min"] for name in past} == {1}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run(
+        [sys.executable, "-m", "bot", "generate", str(out), "--prompt-length", "1", "--batch-size", "1",
+         "--max-new-tokens", "8", "--json"], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout)
+    assert result["prompt_lengths"] == [1] and result["eager_comparison"]["status"] == "pass"
+
+
+def test_the_runtime_only_script_generates_eagers_tokens_from_the_manifest_alone(llama_bundle, tmp_path):
+    """scripts/run_bundle_without_exportbot.py on a generation bundle: a greedy loop over onnxruntime alone,
+    written from export.json, gives the tokens exporters.load(dir).generate gives on its prompt."""
+    from exporters.bundle.loading import load
+
+    out, _, _ = llama_bundle
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_bundle_without_exportbot.py"), str(out),
+                          "--new-tokens", "6"], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout)
+    assert "exporters" not in result["imported"] and "transformers" not in result["imported"]
+    ids = torch.tensor(result["prompt_ids"])
+    vocabulary = json.loads((out / "export.json").read_text())["components"]["prefill"]["inputs"][0]["values"]
+    assert vocabulary[0] <= int(ids.min()) and int(ids.max()) <= vocabulary[1]
+    expected = load(out).generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, min_new_tokens=6)
+    assert result["tokens"] == expected.tokens.tolist()
+
+
 def test_a_different_model_is_a_mismatch_at_the_first_differing_step(llama_bundle):
     out, _, prompts = llama_bundle
     from exporters.bundle.loading import load

@@ -173,6 +173,37 @@ def test_the_sweep_exports_the_lively_build_and_says_when_none_was(monkeypatch):
     assert outcome.status == "inconclusive" and "all 2 tries degenerate" in outcome.error
 
 
+def test_the_cli_builds_a_class_name_as_the_sweep_does_unless_a_build_is_chosen():
+    """`exportbot export T5ForConditionalGeneration --task text2text-generation` exited 1 "inconclusive": seed 0
+    is degenerate in eager, and only the sweep tried other builds. The CLI now tries the same ones (eager
+    only), and `--seed` / `--init-scale` choose the build instead."""
+    from bot.run.generation import tiny_build
+
+    seed, overrides, tries = tiny_build("T5ForConditionalGeneration", 0, None, None, try_builds=True)
+    assert tries[0] == {"seed": 0, "overrides": {}, "degenerate": True} and not tries[-1]["degenerate"]
+    assert (seed, overrides) == (tries[-1]["seed"], tries[-1]["overrides"])
+    assert tiny_build("T5ForConditionalGeneration", 3, None, None, try_builds=False) == (3, None, [])
+    _, scaled, tries = tiny_build("T5ForConditionalGeneration", 0, None, 4.0, try_builds=True)
+    assert scaled == {"initializer_factor": 4.0} and tries == []
+    _, scaled, _ = tiny_build("LlamaForCausalLM", 0, None, 2.5, try_builds=False)
+    assert scaled == {"initializer_range": pytest.approx(0.05)}
+
+
+def test_init_scale_applies_to_tiny_models_only(tmp_path):
+    from click.testing import CliRunner
+
+    from bot.cli.main import main
+
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    for task in ([], ["--task", "text-generation"]):
+        result = CliRunner().invoke(main, ["export", str(tmp_path / "ckpt"), *task, "--init-scale", "2",
+                                           "--out", str(tmp_path / "out")])
+        assert result.exit_code == 2, result.output
+        assert result.output.strip().splitlines()[-1].endswith(
+            f"--init-scale scales a tiny model built from a class name; {tmp_path / 'ckpt'} is a checkpoint")
+
+
 # ── 4. tiny sizes that made hybrid generation exports run out of memory or time ──
 def test_fields_named_by_an_alias_keep_their_shrunk_value():
     # KimiLinearConfig declares ``num_local_experts`` (256) and ``num_experts_per_tok`` (8), aliases stored as

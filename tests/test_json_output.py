@@ -281,7 +281,8 @@ def test_bad_input_with_json_is_one_line_on_stderr_and_nothing_on_stdout(bisect_
 PRINTS_A_TABLE = {"export", "list-workarounds", "audit", "sweep run", "sweep triage", "sweep coverage", "pr", "bisect",
                   "generate", "watch"}  # fmt: skip
 # messages, no table (pin-check run writes its JSON result to --out: the artifact the publish job reads)
-PRINTS_LINES = {"lint", "sweep merge", "workarounds index", "workarounds remove", "pin-check run", "pin-check publish"}
+PRINTS_LINES = {"lint", "sweep merge", "workarounds index", "workarounds remove", "pin-check run", "pin-check publish",
+                "tiny-checkpoint"}
 
 
 def test_every_command_that_prints_a_table_takes_json() -> None:

@@ -27,11 +27,7 @@ def check_request(
     without: tuple[str, ...], dynamic_dims: tuple[str, ...], **option_values: object,
 ) -> ExportOptions:  # fmt: skip
     """The ``ExportOptions`` of a valid request; ``UsageProblem`` (exit 2) for the first problem found."""
-    check_writable(out_dir)
-    if et_backend is not None and backend != "executorch":
-        raise UsageProblem(f"--et-backend {et_backend} is an ExecuTorch option; --backend is {backend}")
-    if no_optimize and backend != "onnx":
-        raise UsageProblem(f"--no-optimize is an ONNX option; --backend is {backend}")
+    check_generation_request(backend, out_dir, et_backend=et_backend, no_optimize=no_optimize, without=())
     try:
         options = ExportOptions(dynamic_dims=tuple(DynamicDim.parse(d) for d in dynamic_dims), **option_values)
         options.check(backend, dynamic, et_backend or "xnnpack")
@@ -45,7 +41,22 @@ def check_request(
                                "(use --et-backend xnnpack)")
     check_without(without, backend, et_backend or "xnnpack")
     check_model(model, options.task)
+    if options.init_scale is not None and (Path(model).exists() or "/" in model):
+        raise UsageProblem(f"--init-scale scales a tiny model built from a class name; {model} is a checkpoint")
     return options
+
+
+def check_generation_request(backend: str, out_dir: Path | None, *, et_backend: str | None,
+                             no_optimize: bool, without: tuple[str, ...]) -> None:
+    """``check_request``'s checks that apply to a generation export (its own options are checked where it
+    starts, before any work): ``--out``, the backend's options, the ``--without`` names."""
+    if out_dir is not None:
+        check_writable(out_dir)
+    if et_backend is not None and backend != "executorch":
+        raise UsageProblem(f"--et-backend {et_backend} is an ExecuTorch option; --backend is {backend}")
+    if no_optimize and backend != "onnx":
+        raise UsageProblem(f"--no-optimize is an ONNX option; --backend is {backend}")
+    check_without(without, backend, et_backend or "xnnpack")
 
 
 def check_writable(out_dir: Path) -> None:

@@ -10,9 +10,10 @@ docs/upstream-drafts/known-untracked.txt), and an unverified or stale draft is a
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -99,31 +100,54 @@ def _reproducer_messages(entries: Iterable[LedgerEntry]) -> list[LintMessage]:
     """Every entry's reproducer (its ``[entry.repro]``, else the default tiny model) built and run once in
     eager, per model class: one that cannot run in eager can never show a fix, so re-running it proves
     nothing."""
+    messages = []
+    with one_thread():
+        for entry in entries:
+            messages += _reproducer_problems(entry)
+    return messages
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch on one intra-op thread for the block. A tiny model's ops are far too small to split: with torch's
+    default (a thread per core) its workers spin and wait on each other, and on a shared 2-core machine the
+    reproducers' eager runs took 56-84 s instead of 9-12 s (benchmarks/bench_lint.py)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _reproducer_problems(entry: LedgerEntry) -> list[LintMessage]:
+    """The messages of one entry's reproducers (one per model class that does not build or run)."""
     import transformers
 
     from exporters.ledger.repro import build_reproducer, run_eager
 
     messages = []
-    for entry in entries:
-        for model in entry.models:
-            if not hasattr(transformers, model):
-                continue  # reported by _missing_classes
-            step = "build"
-            try:
-                reproducer = build_reproducer(entry, model)
-                step = "run in eager"
-                run_eager(reproducer)
-            except Exception as error:
-                where = "[entry.repro]" if entry.repro else "default tiny model (no [entry.repro])"
-                messages.append(
-                    LintMessage(
-                        entry.path,
-                        entry.key_lines.get("repro", entry.line),
-                        "error",
-                        f"entry {entry.id!r}: the reproducer of {model!r} ({where}) does not {step}: "
-                        f"{_describe(error)}; a reproducer that fails in eager can never show a fix",
-                    )
+    for model in entry.models:
+        if not hasattr(transformers, model):
+            continue  # reported by _missing_classes
+        step = "build"
+        try:
+            reproducer = build_reproducer(entry, model)
+            step = "run in eager"
+            run_eager(reproducer)
+        except Exception as error:
+            where = "[entry.repro]" if entry.repro else "default tiny model (no [entry.repro])"
+            messages.append(
+                LintMessage(
+                    entry.path,
+                    entry.key_lines.get("repro", entry.line),
+                    "error",
+                    f"entry {entry.id!r}: the reproducer of {model!r} ({where}) does not {step}: "
+                    f"{_describe(error)}; a reproducer that fails in eager can never show a fix",
                 )
+            )
     return messages
 
 

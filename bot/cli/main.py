@@ -7,19 +7,26 @@ as one line. ``--debug`` shows tracebacks.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from bot.cli.generate import export_generation_command, rerun_generation_command
 from bot.cli.json_output import emit_json, json_flag
-from bot.errors import EXIT_FAILED, ExportbotGroup, SuggestingChoice, UsageProblem, report_errors
+from bot.errors import (
+    EXIT_FAILED,
+    ExportbotGroup,
+    SuggestingChoice,
+    UsageProblem,
+    echo_failure,
+    report_errors,
+)
 from bot.outcome import BACKENDS, PASS, SKIPPED, ExportRequest
 from bot.run.generation import generate_entry, generation_class
 from bot.run.runner import export_one
@@ -46,7 +53,8 @@ def main(debug: bool) -> None:
 
 
 def quiet_library_logs() -> None:
-    """torch, torchao and onnxscript log warnings meant for their developers; users see ours."""
+    """torch, torchao, onnxscript and transformers log warnings, progress bars and model-init notes meant for
+    their developers; users see ours (``--debug`` shows everything)."""
     import logging
     import warnings
 
@@ -58,9 +66,14 @@ def quiet_library_logs() -> None:
     import torch  # noqa: F401 - torch configures its loggers on import: silence again after it
 
     silence()
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=UserWarning)
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Loading weights: 100%|…" on every checkpoint load
+    transformers_logging.set_verbosity_error()  # model-init notes ("Initializing global attention …")
+    # Every warning of third-party code (torch's, transformers', the ONNX reference evaluator's numpy
+    # RuntimeWarnings while onnxscript folds constants) is for its developers; exportbot's own still show.
+    warnings.filterwarnings("ignore")
+    warnings.filterwarnings("default", module=r"(exporters|bot)(\.|$)")
 
 
 @main.command("export")
@@ -97,7 +110,12 @@ def quiet_library_logs() -> None:
               help="Leave this workaround out (repeatable); see `exportbot list-workarounds`.")
 @click.option("--ignore-ledger", is_flag=True, help="Export even if the class is listed in EXPORT_SKIPS, "
               "and with the optimizer on even if listed in ONNX_DISABLE_OPTIMIZE.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for random weights.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed for random weights (a generation export of a class name otherwise tries the sweep's "
+                   "builds until one is not degenerate).")
+@click.option("--init-scale", type=float, default=None, metavar="X",
+              help="Multiply a tiny model's initialisation scales (initializer_range, initializer_factor, "
+                   "init_std) by X: larger weights for a model whose outputs are degenerate (inconclusive).")
 @click.option("--repro", "repro", default=None, metavar="ENTRY_ID",
               help="Export ledger entry ENTRY_ID's reproducer (registry/README.md) without the ledger: exactly "
               "what `exportbot audit` re-runs for it.")
@@ -110,7 +128,7 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
                    max_sequence: int | None, dynamic_dims: tuple[str, ...], opset: int | None, dtype: str | None,
                    atol: float | None, rtol: float | None, pretrained: bool, no_optimize: bool,
                    et_backend: str | None, without: tuple[str, ...], ignore_ledger: bool, seed: int,
-                   repro: str | None, as_json: bool, outcome_json: Path | None) -> None:
+                   init_scale: float | None, repro: str | None, as_json: bool, outcome_json: Path | None) -> None:
     """Export MODEL and check the artifact against the eager model.
 
     MODEL is a transformers class name (built tiny and random), a local checkpoint directory, or a hub id
@@ -132,23 +150,35 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
         return rerun_generation_command(entry, model, backend, out_dir, outcome_json, as_json, seed, without)
     generation = generation_class(model, task)
     if generation is not None:  # prefill + decode with a KV cache: bot/cli/generate.py
+        from bot.cli.export_checks import check_generation_request
+
+        check_generation_request(backend, out_dir, et_backend=et_backend, no_optimize=no_optimize, without=without)
         target = model if Path(model).is_dir() else generation
-        return export_generation_command(target, backend, task, out_dir, seed=seed, batch_size=batch_size,
+        seed_given = click.get_current_context().get_parameter_source("seed") is not ParameterSource.DEFAULT
+        return export_generation_command(model, target, backend, task, out_dir, seed=seed, batch_size=batch_size,
                                          sequence_length=sequence_length, max_sequence=max_sequence,
                                          et_backend=et_backend, no_optimize=no_optimize, without=without,
-                                         ignore_ledger=ignore_ledger)
+                                         ignore_ledger=ignore_ledger, init_scale=init_scale,
+                                         try_builds=not seed_given and init_scale is None, as_json=as_json,
+                                         outcome_json=outcome_json)
 
-    out_dir = out_dir or Path("out") / f"{Path(model).name}-{backend}-{'dynamic' if dynamic else 'static'}"
+    mode = "dynamic" if dynamic or dynamic_dims else "static"  # a --dynamic-dim makes the export dynamic
+    out_dir = out_dir or Path("out") / f"{Path(model).name}-{backend}-{mode}"
     options = check_request(
         model, backend, dynamic, out_dir, et_backend=et_backend, no_optimize=no_optimize, without=without,
         task=task, batch_size=batch_size, sequence_length=sequence_length, image_size=image_size,
         max_batch=max_batch, max_sequence=max_sequence, dynamic_dims=dynamic_dims, opset=opset, dtype=dtype,
-        atol=atol, rtol=rtol, pretrained=pretrained,
+        atol=atol, rtol=rtol, pretrained=pretrained, init_scale=init_scale,
     )  # fmt: skip
     if repro is not None:
         from bot.cli.export_checks import check_repro
 
         check_repro(repro, model, backend, dynamic)
+    if not Path(model).exists() and options.task is not None:
+        from exporters.export_options import resolve_class_name
+
+        if (head := resolve_class_name(model, options.task)) != model:  # a task that changes the class says so
+            click.echo(f"{model}: --task {options.task} exports {head}", err=True)
     from bot.cli.progress import StageDisplay
 
     request = ExportRequest(model, backend, dynamic, optimize=False if no_optimize else None,
@@ -173,25 +203,9 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
     if outcome.status == SKIPPED:
         click.echo("Use --ignore-ledger to try the export anyway.", err=True)
     elif outcome.status != PASS:
-        click.echo(_failure_line(outcome), err=True)
-        if click.get_current_context().find_root().params.get("debug") and "failure" in outcome.files:
-            click.echo(json.loads(Path(outcome.files["failure"]).read_text()).get("traceback", ""), err=True)
+        echo_failure(outcome)
     if outcome.status != PASS:
         sys.exit(EXIT_FAILED)
-
-
-def _failure_line(outcome: Any) -> str:
-    """``failed at STAGE: Type: innermost cause — hint: ... (full text: OUT.failed.json)``: one line."""
-    stage = f" at {outcome.failed_stage}" if outcome.failed_stage else ""
-    from bot.errors import caused_by, first_line, hint_for
-
-    if outcome.error_type:
-        cause = caused_by(outcome.error_type, outcome.cause)
-    else:  # did not validate: the error is the comparison's own summary
-        cause = first_line(outcome.error or "no output tensor to compare")
-    hint = outcome.hint or hint_for(outcome.error or "", outcome.failed_stage, outcome.backend)
-    where = f" (full text: {outcome.files['failure']})" if "failure" in outcome.files else ""
-    return f"{outcome.model}: {outcome.status}{stage}: {cause} — hint: {hint}{where}"
 
 
 def _print_outcome(outcome: Any) -> None:
@@ -249,6 +263,35 @@ def list_workarounds_command(as_json: bool) -> None:
         table.add_row(f"{w['name']}[dim]{escape(targets)}[/dim]",
                       f"{w['backend']} · {w['kind']}\n[dim]{short_link(w['upstream'])} · {w['dependency'] or '—'}[/dim]")
     Console().print(table)
+
+
+@main.command("tiny-checkpoint")
+@click.argument("model_class", metavar="CLASS")
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--config-only", is_flag=True,
+              help="No weights: `export` then initialises the model at random from config.json (under --seed).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
+@report_errors
+def tiny_checkpoint_command(model_class: str, directory: Path, config_only: bool, seed: int) -> None:
+    """Write a tiny checkpoint of CLASS to DIRECTORY: config.json, random weights and a tokenizer.
+
+    A checkpoint to try `exportbot export DIR` and `exportbot generate --prompt` on without the hub: the tiny
+    model exportbot builds for CLASS (random, deterministic) saved with save_pretrained, and a small byte-pair
+    tokenizer trained for its vocabulary, whose special tokens are the model's.
+
+    \b
+    Examples:
+      exportbot tiny-checkpoint LlamaForCausalLM my-checkpoint
+      exportbot tiny-checkpoint T5ForConditionalGeneration t5-checkpoint --config-only
+    """
+    from bot.cli.export_checks import check_model
+    from exporters.tiny.checkpoint import write_tiny_checkpoint
+
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise UsageProblem(f"{directory}: exists and is not an empty directory")
+    check_model(model_class, None)
+    write_tiny_checkpoint(directory, model_class, seed, weights=not config_only)
+    click.echo(f"{model_class} ({'config only' if config_only else 'weights'}, tokenizer): {directory}")
 
 
 def _register_subcommands() -> None:

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bot.errors import UsageProblem
-from bot.outcome import BUILD_ERROR, FAILED, SKIPPED, ExportOutcome
+from bot.outcome import BUILD_ERROR, FAILED, INTERRUPTED, SKIPPED, ExportOutcome
+from bot.run.runner import record_failure
 from exporters.ledger import LedgerEntry, LedgerError, load_ledger
 
 GENERATE_SCOPE = "generate"
@@ -46,29 +48,60 @@ def generation_outcome(model_class: str, backend: str, out_dir: Path, seed: int 
                        overrides: dict[str, Any] | None = None, without: tuple[str, ...] = ()) -> ExportOutcome:
     """Export ``model_class`` for generation without the ledger, validated token for token; never raises for a
     failed export (the failure is the outcome: its cause, stage, traceback tail and reproducing command)."""
-    from exporters.base import package_versions
     from exporters.ledger import default_registry_dir
-    from exporters.stages import stage_events
 
-    outcome = ExportOutcome(model_class, backend, True, FAILED, 0.0, versions=package_versions(backend),
-                            registry=str(default_registry_dir()))
+    outcome = new_generation_outcome(model_class, backend)
+    outcome.registry = str(default_registry_dir())
     outcome.options = {"task": "generation", "seed": seed, "overrides": overrides or {}}
     outcome.repro_source = "generation export of the tiny model" + (" with config" if overrides else "")
+    recorded_generation(outcome, out_dir, seed=seed, overrides=overrides, ignore_ledger=True, without=without)
+    return outcome
+
+
+def new_generation_outcome(model: str, backend: str) -> ExportOutcome:
+    """The record a generation export of ``model`` fills (failed until it passes)."""
+    from exporters.base import package_versions
+
+    return ExportOutcome(model, backend, True, FAILED, 0.0, versions=package_versions(backend))
+
+
+def recorded_generation(outcome: ExportOutcome, out_dir: Path, progress: Callable[[str], None] = lambda _stage: None,
+                        usage_raises: bool = False, **export_options: Any) -> Any:
+    """``export_generation`` of ``outcome.model`` into ``out_dir``, its result filled into ``outcome``, and every
+    failure recorded beside ``out_dir`` in ``<out>.failed.json`` (docs/export-format.md): one that raised (with
+    its traceback), one that did not validate (with the verdict), Ctrl-C (recorded, then re-raised).
+
+    Returns the export, or None when it raised. ``progress`` hears every stage as it starts. A model with no
+    KV cache to carry is ``skipped`` with the reason, and other bad input a ``build-error``, unless
+    ``usage_raises`` (the CLI: exit 2, nothing recorded, as for any bad input), which also lets ``LedgerSkip``
+    through."""
+    from exporters.stages import preload_executorch, stage_events
+
+    if outcome.backend == "executorch":
+        preload_executorch()  # so that the stages follow its lowering steps
     started = time.perf_counter()
-    with stage_events() as stages:
+    with stage_events(progress) as stages:
         try:
-            export = export_generation(model_class, backend, out_dir, seed=seed, overrides=overrides,
-                                       ignore_ledger=True, without=without, stages=stages)
-        except NotForGeneration as error:  # no KV cache to carry: not a failed export, skipped with the reason
-            outcome.status, outcome.error_type = SKIPPED, type(error).__name__
-            outcome.error = str(error).strip()[:4000]
-            outcome.cause = (outcome.error.splitlines() or [""])[0]
-            outcome.seconds = round(time.perf_counter() - started, 3)
-            return outcome
+            export = export_generation(outcome.model, outcome.backend, out_dir, stages=stages, **export_options)
+        except (UsageProblem, LedgerSkip) as error:
+            if usage_raises:
+                raise
+            if not isinstance(error, NotForGeneration):
+                record_raised_generation(outcome, error, stages.failed, out_dir)
+            else:  # no KV cache to carry: not a failed export, skipped with the reason
+                outcome.status, outcome.error_type = SKIPPED, type(error).__name__
+                outcome.error = str(error).strip()[:4000]
+                outcome.cause = (outcome.error.splitlines() or [""])[0]
+            return None
+        except KeyboardInterrupt:
+            outcome.status, outcome.failed_stage = INTERRUPTED, stages.stopped_at
+            record_failure(outcome, out_dir)
+            raise
         except Exception as error:  # the export failed: that is the result, with its cause and traceback
             record_raised_generation(outcome, error, stages.failed, out_dir)
+            return None
+        finally:
             outcome.seconds = round(time.perf_counter() - started, 3)
-            return outcome
     outcome.status = export.status
     outcome.workarounds_disabled = sorted({w for r in export.results.values()
                                            for w in r.metadata.workarounds_disabled})
@@ -81,11 +114,13 @@ def generation_outcome(model_class: str, backend: str, out_dir: Path, seed: int 
     if export.status != "pass":  # validated and found wanting: where, and how to see it again
         outcome.error = "; ".join(export.problems()[:5]) or export.status
         outcome.failed_stage = "validating"
-        outcome.hint = f"reproduce: {reproduce_command(model_class, backend)}"
+        outcome.hint = f"reproduce: {reproduce_command(outcome.model, outcome.backend)}"
+        record_failure(outcome, out_dir, {"validation": {name: r.validation.as_dict() for name, r in
+                                                         export.results.items() if r.validation is not None},
+                                          "generation": export.check.as_dict() if export.check else None})
     elif out_dir.is_dir():
         outcome.files = {"bundle": str(out_dir)}
-    outcome.seconds = round(time.perf_counter() - started, 3)
-    return outcome
+    return export
 
 
 def record_raised_generation(outcome: ExportOutcome, error: Exception, stage: str | None, out_dir: Path) -> None:
@@ -96,7 +131,7 @@ def record_raised_generation(outcome: ExportOutcome, error: Exception, stage: st
     import traceback
 
     from bot.errors import innermost
-    from bot.run.runner import fill_raised, record_failure
+    from bot.run.runner import fill_raised
 
     component = getattr(error, "component", None)  # GenerationExportError: which component failed
     if isinstance(error, UsageProblem):
@@ -167,6 +202,25 @@ def sweep_generation_outcome(model_class: str, backend: str, ignore_ledger: list
     return outcome
 
 
+def tiny_build(model: str, seed: int, overrides: dict[str, Any] | None, init_scale: float | None,
+               try_builds: bool) -> tuple[int, dict[str, Any] | None, list[dict[str, Any]]]:
+    """The seed and config overrides a generation export of ``model`` builds with, and the builds tried for
+    them: ``init_scale`` applied to a tiny model's initialisation, or the sweep's tries (``try_builds``)."""
+    if Path(model).is_dir():
+        if init_scale is not None:
+            raise UsageProblem(f"--init-scale scales a tiny model built from a class name; {model} is a checkpoint")
+        return seed, overrides, []
+    if init_scale is not None:
+        from exporters.tiny import model_class
+        from exporters.tiny.initialisation import init_scale_overrides
+        from exporters.tiny.shrink import default_config
+
+        return seed, {**(overrides or {}), **init_scale_overrides(default_config(model_class(model)), init_scale)}, []
+    if try_builds:
+        return lively_build(model)
+    return seed, overrides, []
+
+
 def lively_build(model_class: str) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
     """The sweep's build of ``model_class`` for its generation task: the first of the tiny builder's tries
     (exporters.tiny.generation.ATTEMPTS) whose eager greedy path is not one token forever, and every try."""
@@ -231,7 +285,7 @@ class LedgerSkip(Exception):
 def build_generation_model(model: str, seed: int, task: str | None = None,
                            overrides: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """The eager model for a generation export and the ``source`` record that rebuilds it later."""
-    from exporters.export_options import OptionError, load_checkpoint
+    from exporters.export_options import OptionError, has_weights, load_checkpoint
     from exporters.generation.components import generation_kind
     from exporters.generation.support import unsupported_reason
     from exporters.tiny import TinyModelError, build_tiny, model_class
@@ -245,7 +299,9 @@ def build_generation_model(model: str, seed: int, task: str | None = None,
                 raise UsageProblem(f"{model}: no generating head for its config; choose one with --task "
                                    f"{' or '.join(GENERATION_TASKS)}")
             built, _ = load_checkpoint(model, name, seed)
-            source = {"checkpoint": str(path.resolve()), "seed": seed, "task": task}
+            # The path is provenance only: a bundle never needs it (rebuild_source); weights say whether the
+            # bundle's own config.json and the seed rebuild the model.
+            source = {"checkpoint": str(path.resolve()), "weights": has_weights(path), "seed": seed, "task": task}
         else:  # the generation knobs first (is_decoder on encoder-style configs); explicit overrides win
             overrides = {**generation_overrides(model_class(model).config_class()), **(overrides or {})}
             built = build_tiny(model, seed, overrides=overrides).model
@@ -277,15 +333,26 @@ def fill_decoder_start(model: Any) -> None:
         generation.decoder_start_token_id = config.pad_token_id
 
 
-def rebuild_source(source: dict[str, Any]) -> Any:
-    """The eager model a bundle's ``generation.source`` names."""
+def rebuild_source(source: dict[str, Any], bundle: Path) -> tuple[Any, str | None]:
+    """The eager model a bundle's ``generation.source`` names, or None and why it cannot be had.
+
+    Nothing outside the bundle is needed where the bundle determines the model: a tiny class (its name, seed
+    and overrides), or a checkpoint without weights (random from a config under a seed: the bundle's own
+    ``config.json``). A checkpoint's weights are not in the bundle (only the artifacts computed from them), so
+    comparing with it needs the checkpoint where it was (``checkpoint``, recorded as provenance)."""
     if "tiny" in source:
         model, _ = build_generation_model(source["tiny"], source.get("seed", 0), overrides=source.get("overrides"))
-        return model
+        return model, None
     if "checkpoint" in source:
-        model, _ = build_generation_model(source["checkpoint"], source.get("seed", 0), source.get("task"))
-        return model
-    raise UsageProblem("the bundle records no source model to compare with (use --no-compare)")
+        origin = Path(source["checkpoint"])
+        if source.get("weights") is False:
+            model, _ = build_generation_model(str(bundle), source.get("seed", 0), source.get("task"))
+            return model, None
+        if origin.is_dir():
+            model, _ = build_generation_model(str(origin), source.get("seed", 0), source.get("task"))
+            return model, None
+        return None, f"the weights of {origin}, which the bundle was exported from, are not there any more"
+    return None, "the bundle records no source model"
 
 
 def make_generation_exporter(backend: str, et_backend: str = "xnnpack", optimize: bool = True,
@@ -307,13 +374,16 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
                       max_cache_len: int = 64, batch_size: int = 2, prompt_length: int = 8, new_tokens: int = 16,
                       et_backend: str = "xnnpack", optimize: bool = True, without: tuple[str, ...] = (),
                       overrides: dict[str, Any] | None = None, ignore_ledger: bool = False,
-                      stages: Any = None) -> Any:
+                      stages: Any = None, init_scale: float | None = None, try_builds: bool = False) -> Any:
     """Export, validate from the written files, publish: the ``export --task <generation task>`` path.
 
     Raises ``LedgerSkip`` when an EXPORT_SKIPS entry gates this class's generation export on ``backend``
     (scopes ``all``, ``dynamic``, ``generate``), unless ``ignore_ledger``. ``stages`` (an
     ``exporters.stages.StageTracker``) is told the steps of our own, so a failure record names the one that
     raised (``building model``, ``exporting components``, ``validating``) where no torch stage did.
+    A tiny model (a class name) is built with ``init_scale`` when given; else, with ``try_builds``, as the
+    sweep builds it: the first of the tiny builder's tries whose eager greedy path is not one token forever
+    (``lively_build``), every try recorded in the bundle's ``generation.source.tries``.
     """
     from exporters.generation.components import GenerationExportConfig, sample_prompts
     from exporters.generation.export import export_for_generation
@@ -323,24 +393,27 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
     def stage(name: str) -> Any:
         return stages.stage(name) if stages is not None else contextlib.nullcontext()
 
+    if prompt_length + new_tokens > max_cache_len:  # bad input: said before any work
+        raise UsageProblem(f"--sequence-length {prompt_length} + {new_tokens} new tokens exceed max_cache_len "
+                           f"{max_cache_len}")
     with stage("building model"):
+        seed, overrides, tries = tiny_build(model, seed, overrides, init_scale, try_builds)
         built, source = build_generation_model(model, seed, task, overrides)
+        if tries:
+            source["tries"] = tries
+        inputs = sample_prompts(built, batch=batch_size, prompt_length=prompt_length, seed=seed)
     if not ignore_ledger:
         from exporters.ledger import load_ledger
 
         entry = load_ledger().skip(type(built).__name__, backend, dynamic=True, generate=True)
         if entry is not None:
             raise LedgerSkip(entry)
-    if prompt_length + new_tokens > max_cache_len:
-        raise UsageProblem(f"--sequence-length {prompt_length} + {new_tokens} new tokens exceed max_cache_len "
-                           f"{max_cache_len}")
-    with stage("building model"):
-        inputs = sample_prompts(built, batch=batch_size, prompt_length=prompt_length, seed=seed)
     exporter = make_generation_exporter(backend, et_backend, optimize, without)
+    announce = (lambda name: stages.report(f"exporting {name}")) if stages is not None else None
     with stage("exporting components"):
         try:
-            export = export_for_generation(exporter, built, inputs,
-                                           GenerationExportConfig(max_cache_len=max_cache_len), new_tokens=new_tokens)
+            export = export_for_generation(exporter, built, inputs, GenerationExportConfig(max_cache_len=max_cache_len),
+                                           new_tokens=new_tokens, on_component=announce)
         except GenerationUnsupported as error:  # found at the first eager prefill (no cache returned)
             raise NotForGeneration(str(error)) from None
     export.layout["source"] = source

@@ -108,7 +108,7 @@ def export_one(request: ExportRequest, progress: Callable[[str], None] = lambda 
         try:
             report = _build_export_validate(outcome, request, repro_entry, class_name, optimize, started, stages)
         except KeyboardInterrupt:  # recorded, then handed on: the CLI exits 130
-            outcome.status, outcome.failed_stage = INTERRUPTED, stages.failed
+            outcome.status, outcome.failed_stage = INTERRUPTED, stages.stopped_at
             outcome.seconds = round(time.perf_counter() - started, 3)
             record_failure(outcome, request.out_dir)
             raise
@@ -227,10 +227,11 @@ def _failed(
 ) -> ExportOutcome:  # fmt: skip
     """Record a raised failure: one-line cause, stage and hint in the outcome; the full text and traceback
     in the failure record beside ``out_dir``."""
-    from bot.errors import hint_for
+    from bot.errors import hint_for, options_given
 
     fill_raised(outcome, status, error, stage)
-    outcome.hint = hint_for(f"{error}\n{outcome.cause}", stage, request.backend)
+    given = options_given(outcome.dynamic, request.optimize, request.options.dtype)
+    outcome.hint = hint_for(f"{error}\n{outcome.cause}", stage, request.backend, given, request.without)
     outcome.seconds = round(time.perf_counter() - started, 3)
     record_failure(outcome, request.out_dir,
                    {"error": str(error), "traceback": "".join(traceback.format_exception(error))})

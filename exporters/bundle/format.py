@@ -63,10 +63,17 @@ class BundleError(ValueError):
 
 @dataclass
 class DimRange:
-    """The range of one named dim in the exported program; ``max`` None means unbounded."""
+    """The range of one named dim that the bundle accepts; ``max`` None means unbounded.
+
+    ``min`` is the smallest size validated: the program's own lower bound, or a smaller size (1) that
+    validation ran the written bundle at and found right (``exporters.minimum_sizes``). ``min_reason`` says
+    why a smaller size is refused when validation found the bundle wrong there (torch.export's 0/1
+    specialisation), and is quoted by the loader's refusal; None otherwise.
+    """
 
     min: int | None
     max: int | None
+    min_reason: str | None = None
 
     def contains(self, size: int) -> bool:
         return (self.min is None or size >= self.min) and (self.max is None or size <= self.max)
@@ -74,14 +81,32 @@ class DimRange:
     def describe(self) -> str:
         return f"{self.min if self.min is not None else 0}..{self.max if self.max is not None else 'inf'}"
 
+    def as_dict(self) -> dict[str, Any]:
+        """The manifest's form: ``min_reason`` only when there is one."""
+        data = asdict(self)
+        if data["min_reason"] is None:
+            del data["min_reason"]
+        return data
+
 
 @dataclass
 class TensorSpec:
-    """One input or output leaf of an artifact: its name, dtype and shape (ints static, names dynamic)."""
+    """One input or output leaf of an artifact: its name, dtype and shape (ints static, names dynamic).
+
+    ``values`` (integer inputs only) is ``[min, max]`` of the sample the export was validated with: ids in
+    that range are valid for the model (a vocabulary, two token types), which is what a caller without the
+    model's config, such as scripts/run_bundle_without_exportbot.py, needs to make inputs."""
 
     name: str
     dtype: str
     shape: list[int | str]
+    values: list[int] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if data["values"] is None:
+            del data["values"]
+        return data
 
 
 @dataclass
@@ -92,6 +117,15 @@ class ConstantLeaf:
     index: int
     name: str
     value: int | float | bool | str | None
+
+
+@dataclass
+class OptionalInput:
+    """An argument a caller may leave out: the bundle then feeds ``fill`` in the shape of argument
+    ``shape_of``, which is what eager does in its place (validated on the bundle: exporters.optional_inputs)."""
+
+    fill: int | float | bool
+    shape_of: str
 
 
 @dataclass
@@ -110,10 +144,12 @@ class ComponentSpec:
     method: str = "forward"
     validation: dict[str, Any] | None = None
     constants: list[ConstantLeaf] = field(default_factory=list)
+    optional: dict[str, OptionalInput] = field(default_factory=dict)  # arguments filled when left out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ComponentSpec:
         data = _known(cls, data)
+        data["optional"] = {name: OptionalInput(**_known(OptionalInput, o)) for name, o in data.get("optional", {}).items()}
         data["inputs"] = [TensorSpec(**_known(TensorSpec, t)) for t in data.get("inputs", [])]
         data["outputs"] = [TensorSpec(**_known(TensorSpec, t)) for t in data.get("outputs", [])]
         data["constants"] = [ConstantLeaf(**_known(ConstantLeaf, c)) for c in data.get("constants", [])]
@@ -145,6 +181,10 @@ class Manifest:
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        for name, component in self.components.items():
+            data["components"][name]["dims"] = {dim: r.as_dict() for dim, r in component.dims.items()}
+            for kind in ("inputs", "outputs"):
+                data["components"][name][kind] = [t.as_dict() for t in getattr(component, kind)]
         # format and version first: a reader sees what it is reading before anything else
         return {"format": data.pop("format"), "schema_version": data.pop("schema_version"), **data}
 
@@ -223,9 +263,9 @@ def summary_of(manifest: Manifest) -> dict[str, Any]:
         "input_shapes": _sample_shapes(component),
         "output_names": [o.name for o in component.outputs],
         "dynamic": manifest.dynamic,
-        "dims": {name: asdict(r) for name, r in component.dims.items()},
+        "dims": {name: r.as_dict() for name, r in component.dims.items()},
         "dynamic_dims": {  # the pre-bundle layout: per input, per dim index, its name and range
-            t.name: {str(i): {"symbol": d, **asdict(component.dims[d])} for i, d in enumerate(t.shape)
+            t.name: {str(i): {"symbol": d, **component.dims[d].as_dict()} for i, d in enumerate(t.shape)
                      if isinstance(d, str) and d in component.dims}
             for t in component.inputs if any(isinstance(d, str) and d in component.dims for d in t.shape)
         },
@@ -250,7 +290,11 @@ def _sample_shapes(component: ComponentSpec) -> dict[str, list[int | str]]:
 
 
 def write_model_configs(directory: Path, model: Any) -> dict[str, str | None]:
-    """``config.json`` and, for a model that can generate, ``generation_config.json``; returns the file names."""
+    """``config.json``, for a model that can generate ``generation_config.json``, and the tokenizer, processor
+    or feature extractor of the checkpoint the model came from (exporters.bundle.preprocessors); returns the
+    file names by kind."""
+    from exporters.bundle.preprocessors import save_preprocessors
+
     files: dict[str, str | None] = {"config": None, "generation_config": None}
     config = getattr(model, "config", None)
     if config is not None and hasattr(config, "save_pretrained"):
@@ -261,6 +305,7 @@ def write_model_configs(directory: Path, model: Any) -> dict[str, str | None]:
     if generation is not None and can_generate():
         generation.save_pretrained(directory)
         files["generation_config"] = "generation_config.json"
+    files.update(save_preprocessors(model, directory))
     return files
 
 
@@ -288,6 +333,8 @@ def staged_directory(destination: Path) -> Iterator[Path]:
     check_replaceable(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.staging-", dir=destination.parent))
+    # mkdtemp makes it private (0700) whatever the umask; published, it is a directory like any other.
+    staging.chmod(0o777 & ~current_umask())
     try:
         yield staging
     finally:
@@ -295,10 +342,20 @@ def staged_directory(destination: Path) -> Iterator[Path]:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back: the only portable way)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def publish(staging: Path, destination: Path) -> Path:
     """Move a finished bundle into place. An existing destination is renamed aside first and removed only
     after the new bundle is in place, so at every moment ``destination`` is the old bundle or the new one.
     The record of an earlier failed export into ``destination`` goes: it no longer describes what is there."""
+    from exporters.stages import raise_if_interrupted
+
+    raise_if_interrupted()  # a Ctrl-C that landed where Python swallows exceptions: nothing is published
     destination = Path(destination)
     check_replaceable(destination)
     aside = None

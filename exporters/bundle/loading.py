@@ -116,6 +116,7 @@ class ExportedComponent:
     def check_inputs(self, kwargs: dict[str, Any]) -> dict[str, torch.Tensor]:
         """The leaves to feed, by manifest name, after checking every argument against the manifest."""
         spec = self.spec
+        kwargs = self.with_defaults(kwargs)
         missing = [name for name in spec.arguments if name not in kwargs]
         if missing:
             raise InputError(f"missing input {missing[0]!r}: {self._takes()}")
@@ -150,6 +151,17 @@ class ExportedComponent:
             feed[name] = value
         return feed
 
+    def with_defaults(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` with every optional argument the caller left out filled as eager fills it (the manifest's
+        ``optional``: a constant in the shape of another argument the caller did pass)."""
+        filled = dict(kwargs)
+        for name, default in self.spec.optional.items():
+            like = kwargs.get(default.shape_of)
+            if name not in kwargs and isinstance(like, torch.Tensor):
+                dtype = next(t.dtype for t in self.spec.inputs if t.name == name)
+                filled[name] = torch.full(like.shape, default.fill, dtype=getattr(torch, dtype))
+        return filled
+
     def _check_dim(self, name: str, index: int, size: int, dim: int | str, seen: dict[str, tuple[int, str, int]]) -> None:
         if isinstance(dim, int):
             if size != dim:
@@ -159,8 +171,9 @@ class ExportedComponent:
         if bounds is None:  # an expression of named dims: the named ones are checked where they stand alone
             return
         if not bounds.contains(size):
+            why = f": {bounds.min_reason}" if bounds.min_reason and bounds.min is not None and size < bounds.min else ""
             raise InputError(
-                f"input {name!r} dim {index} ({dim}) is {size}, outside the exported range {bounds.describe()}"
+                f"input {name!r} dim {index} ({dim}) is {size}, outside the validated range {bounds.describe()}{why}"
             )
         first = seen.setdefault(dim, (size, name, index))
         if first[0] != size:
@@ -170,7 +183,10 @@ class ExportedComponent:
             )
 
     def _takes(self) -> str:
-        return f"{self.spec.file} takes {', '.join(self.spec.arguments)}"
+        optional = [name for name in self.spec.arguments if name in self.spec.optional]
+        required = [name for name in self.spec.arguments if name not in self.spec.optional]
+        return f"{self.spec.file} takes {', '.join(required)}" + (
+            f" (optional: {', '.join(optional)})" if optional else "")
 
 
 def _evaluated(value: TracedInt, sizes: dict[str, int]) -> TracedInt:
@@ -238,6 +254,23 @@ class ExportedModel:
         import transformers
 
         return transformers.GenerationConfig.from_pretrained(self.directory, local_files_only=True)
+
+    @functools.cached_property
+    def tokenizer(self) -> Any:
+        """The checkpoint's tokenizer, saved in the bundle (``files["tokenizer"]``), or None (a tiny model)."""
+        return self.preprocessor("tokenizer")
+
+    @functools.cached_property
+    def processor(self) -> Any:
+        """The checkpoint's processor, else its feature extractor or image processor, or None."""
+        return next((p for kind in ("processor", "feature_extractor", "image_processor")
+                     if (p := self.preprocessor(kind)) is not None), None)
+
+    def preprocessor(self, kind: str) -> Any:
+        """``kind`` (exporters.bundle.preprocessors.PREPROCESSORS) as saved in this bundle, or None."""
+        from exporters.bundle.preprocessors import load_preprocessor
+
+        return load_preprocessor(self.directory, kind) if self.metadata.files.get(kind) else None
 
     def __repr__(self) -> str:
         return (f"ExportedModel({str(self.directory)!r}, backend={self.metadata.backend!r}, "

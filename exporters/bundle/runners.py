@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 import torch.utils._pytree as pytree
 
-from exporters.bundle.format import ComponentSpec
+from exporters.bundle.format import BundleError, ComponentSpec
 
-__all__ = ["RUNNERS", "Runner", "open_runner"]
+__all__ = ["RUNNERS", "Runner", "UnloadableArtifact", "open_runner"]
 
 Runner = Callable[[Mapping[str, torch.Tensor]], list[torch.Tensor]]
 
@@ -86,4 +86,13 @@ def open_runner(directory: Path, spec: ComponentSpec) -> Runner:
     path = Path(directory) / spec.file
     if not path.is_file():
         raise FileNotFoundError(f"{path}: the manifest names this file, but it is not in the bundle")
-    return RUNNERS[spec.runtime](path, spec)
+    try:
+        return RUNNERS[spec.runtime](path, spec)
+    except Exception as error:  # truncated, corrupted, or an operator the runtime lacks: each says it its own way
+        first = (str(error).strip().splitlines() or [""])[0]
+        raise UnloadableArtifact(f"{path}: {spec.runtime} cannot load it ({type(error).__name__}: {first})") from error
+
+
+class UnloadableArtifact(BundleError, RuntimeError):
+    """A component's file that its runtime cannot load (truncated, corrupted, or needing an operator the
+    runtime lacks): a bad bundle (``BundleError``, exit 2 in the CLI) and a runtime failure alike."""

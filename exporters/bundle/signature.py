@@ -22,7 +22,7 @@ from exporters.bundle.format import ComponentSpec, ConstantLeaf, DimRange, Tenso
 from exporters.flatten import leaves_with_path
 from exporters.validation import leaf_name
 
-__all__ = ["constant_outputs", "describe_component", "dtype_name", "map_traced_constants", "output_structure", "pytree_type_names",
+__all__ = ["constant_outputs", "describe_component", "dim_role", "dtype_name", "map_traced_constants", "output_structure", "pytree_type_names",
            "user_input_placeholders"]
 
 # (leaf name, dim index) → role. The role names the dim only when the program left it symbolic. Leaves of a
@@ -55,7 +55,8 @@ _INPUT_DIM_ROLES: dict[tuple[str, int], str] = {
 }
 
 
-def _role(leaf: str, index: int) -> str | None:
+def dim_role(leaf: str, index: int) -> str | None:
+    """The role of dim ``index`` of input leaf ``leaf`` (``batch``, ``sequence``, ...), None when unknown."""
     head = leaf.split(".", 1)[0]
     role = _INPUT_DIM_ROLES.get((leaf, index)) or _INPUT_DIM_ROLES.get((head, index))
     if role is None and index == 0:
@@ -119,7 +120,7 @@ class _DimNamer:
     def name(self, symbol: sympy.Symbol, leaf: str, index: int) -> str:
         if symbol in self.names:
             return self.names[symbol]
-        role = _role(leaf, index)
+        role = dim_role(leaf, index)
         candidates = [role, f"{_identifier(leaf)}_{role}"] if role else []
         candidates.append(f"{_identifier(leaf)}_dim{index}")
         taken = set(self.dims)
@@ -229,6 +230,13 @@ def constant_outputs(out_flat: list[tuple[Any, Any]]) -> list[ConstantLeaf]:
     return constants
 
 
+def _value_range(value: torch.Tensor) -> list[int] | None:
+    """``[min, max]`` of an integer sample input (ids, masks, token types), None for floats, bools or empty."""
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool or value.numel() == 0:
+        return None
+    return [int(value.min()), int(value.max())]
+
+
 def describe_component(
     program: ExportedProgram, inputs: Mapping[str, Any], file: str, runtime: str, method: str = "forward"
 ) -> ComponentSpec:
@@ -247,8 +255,9 @@ def describe_component(
         )
     namer = _DimNamer(program)
     input_specs = [
-        TensorSpec(name, dtype_name(node.meta["val"].dtype), namer.shape(node.meta["val"].shape, name))
-        for (name, _), node in zip(tensor_leaves, placeholders)
+        TensorSpec(name, dtype_name(node.meta["val"].dtype), namer.shape(node.meta["val"].shape, name),
+                   _value_range(value))
+        for (name, value), node in zip(tensor_leaves, placeholders)
     ]
     outputs = output_structure(program)
     out_flat, out_spec = leaves_with_path(outputs), pytree.tree_structure(outputs)

@@ -37,7 +37,7 @@ from exporters.base import (
 )
 from exporters.bundle import pt2_loading  # noqa: F401  (register validation's patches)
 from exporters.bundle.format import RUNTIMES
-from exporters.bundle.signature import describe_component, output_structure
+from exporters.bundle.signature import describe_component, dim_role, output_structure
 from exporters.cache_pytree import register_pytree_types, register_walked_type
 from exporters.dynamo import patches  # noqa: F401  (register stage 2's patches)
 from exporters.dynamo.patches import SECOND_SHAPE
@@ -45,7 +45,8 @@ from exporters.padding import resized_mask
 from exporters.utils import apply_fx_program_fixes, installed_patches, tracking_hits
 from exporters.validation import named_tensors
 
-__all__ = ["DynamoConfig", "DynamoExporter", "register_walked_type", "second_shape_inputs", "without_static_dims"]
+__all__ = ["DynamoConfig", "DynamoExporter", "register_walked_type", "second_shape_inputs", "size_one_inputs",
+           "without_static_dims"]
 
 
 @dataclass
@@ -104,6 +105,8 @@ class DynamoExporter:
             atol=self.config.atol,
             rtol=self.config.rtol,
             make_second_inputs=(lambda: second_shape_inputs(program, inputs)) if self.config.dynamic else None,
+            make_smaller_inputs=(lambda: size_one_inputs(program, inputs, self.config.dynamic_shapes))
+            if self.config.dynamic else None,
         ).validated_if(validate)
 
     def export_program(self, model: torch.nn.Module, inputs: dict[str, Any], clock: StageClock) -> ExportedProgram:
@@ -313,6 +316,46 @@ def second_shape_inputs(program: ExportedProgram, inputs: Mapping[str, Any]) -> 
                 moved |= dict.fromkeys(group, size)
                 break
     return _moved_inputs(inputs, sizes, moved)
+
+
+def size_one_inputs(program: ExportedProgram, inputs: Mapping[str, Any],
+                    dynamic_shapes: Any = None) -> list[tuple[str, dict[str, Any]]]:
+    """``[(label, inputs)]``: for each role of symbolic dim whose range torch.export started at 2 (``batch``,
+    ``sequence``), the inputs with every symbol of that role at 1 and the rest at the sample's sizes ("batch 1").
+
+    A range that starts at 2 is torch.export's 0/1 specialisation, not the model's bound; validation runs the
+    bundle at these shapes to find out (exporters.minimum_sizes). A range that starts higher (a Swin image's
+    4) is the model's and is left alone. Symbols of one role move together: BERT's ``attention_mask_batch`` is
+    its own symbol but must equal ``batch``. The program's guards are not consulted: one that refuses 1 (Swin's
+    ``... != 1`` over a batch-derived size) is itself the 0/1 specialisation, and the bundle's answer at 1 is
+    what the manifest records. A minimum the caller asked for in ``dynamic_shapes`` (``--dynamic-dim
+    input_ids:1:2:32``) is theirs, not the tracer's, and is kept.
+    """
+    sizes = _user_input_sizes(program)
+    hints: dict[sympy.Symbol, int] = {}
+    roles: dict[str, set[sympy.Symbol]] = {}
+    for name, shape in sizes.items():
+        for index, size in enumerate(shape):
+            if not (isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol)):
+                continue
+            symbol = size.node.expr
+            if symbol in hints:
+                continue
+            hints[symbol] = int(inputs[name].shape[index])
+            bounds = program.range_constraints.get(symbol)
+            asked = _requested_minimum(dynamic_shapes, name, index)
+            if bounds is not None and bounds.lower == 2 and hints[symbol] > 1 and (asked or 1) < 2:
+                roles.setdefault(dim_role(name, index) or f"{name} dim {index}", set()).add(symbol)
+    return [(f"{role} 1", _moved_inputs(inputs, sizes, hints | dict.fromkeys(symbols, 1)))
+            for role, symbols in roles.items()]
+
+
+def _requested_minimum(dynamic_shapes: Any, name: str, axis: int) -> int | None:
+    """The ``min`` a top-level ``dynamic_shapes`` dict gives input ``name``'s ``axis`` (a ``Dim`` or a
+    ``Dim.AUTO``/``Dim.DYNAMIC`` hint with bounds), or None where it gives none."""
+    dims = dynamic_shapes.get(name) if isinstance(dynamic_shapes, Mapping) else None
+    dim = dims.get(axis) if isinstance(dims, Mapping) else None
+    return getattr(dim, "min", None)
 
 
 def _input_guards(program: ExportedProgram) -> torch.nn.Module | None:

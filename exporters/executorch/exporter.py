@@ -41,6 +41,7 @@ from exporters.dynamo.exporter import (
     describe_export,
     dynamic_dim_ranges,
     second_shape_inputs,
+    size_one_inputs,
     without_static_dims,
 )
 from exporters.executorch import (  # noqa: F401  (register lowering speed, layout and output patches, op, Core ATen and symbolic-op fixes)
@@ -189,7 +190,7 @@ class ExecutorchExporter:
         if metadata.dynamic_dims:
             metadata.notes.append(
                 "dynamic dims are bounded (dynamic_dims max): the runtime rejects larger inputs and plans memory "
-                "for the maxima; a min of 2 is torch.export's 0/1 specialisation, size 1 is not covered by guards"
+                "for the maxima"
             )
         run.finish()
         return ExportResult(
@@ -204,6 +205,7 @@ class ExecutorchExporter:
             atol=config.atol,
             rtol=config.rtol,
             make_second_inputs=lambda: second_shape_inputs(program, inputs),
+            make_smaller_inputs=lambda: size_one_inputs(program, inputs, dynamic_shapes),
         ).validated_if(validate)
 
     def _dynamic_shapes(self, inputs: Mapping[str, Any]) -> Any:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -204,6 +204,8 @@ class ComponentPlan:
     dynamic_shapes: dict[str, Any]
     second_inputs: dict[str, torch.Tensor] | None = None
     past_of_one: bool = False  # runs with a past of length 1: traced size-oblivious (generation_export)
+    # ``[(label, inputs)]`` below the traced ranges: a one-token prompt, batch 1 (exporters.minimum_sizes)
+    smaller_inputs: list[tuple[str, dict[str, torch.Tensor]]] = field(default_factory=list)
 
 
 def _encoder_input(model: torch.nn.Module, inputs: Mapping[str, Any]) -> str:
@@ -266,6 +268,22 @@ def _second_prompt(prompt: Mapping[str, torch.Tensor], sequence_inputs: tuple[st
     return second
 
 
+def _smaller_prompts(prompt: Mapping[str, torch.Tensor], static_batch: bool, padding_side: str,
+                     ) -> list[tuple[str, dict[str, torch.Tensor]]]:
+    """The smallest prompts a deployment sends, each validated on its own so that a failure names its dim: one
+    token per row (the column every row holds: the last of left-padded prompts, the first of right-padded
+    ones), and one row (row 0, never padded) when the batch is dynamic. A prompt with an image holds its
+    placeholder tokens, so it has no one-token form."""
+    shapes = []
+    if "input_ids" in prompt and IMAGE_INPUT not in prompt:
+        column = slice(-1, None) if padding_side == "left" else slice(0, 1)
+        shapes.append(("one-token prompt", {name: value[:, column] if name in ("input_ids", "attention_mask") else value
+                                            for name, value in prompt.items()}))
+    if not static_batch:
+        shapes.append(("batch 1", {name: value[:1] for name, value in prompt.items()}))
+    return shapes
+
+
 def _cache_spec(names: list[str], batch: Any, past: Any) -> dict[str, Any]:
     return {name: {0: batch, 2: past} for name in names}
 
@@ -298,12 +316,13 @@ def _plan_decoder_only(model: torch.nn.Module, inputs: dict[str, Any], batch: An
         "attention_mask": {0: batch, 1: Dim.AUTO(min=2, max=longest)},
         **cache_dynamic_shapes(step, "past", batch, Dim.AUTO(min=1, max=longest - 1)),
     }
+    smaller = _smaller_prompts(prompt, static_batch, "left")
     return [
         ComponentPlan("prefill", prefill, prompt,
                       {"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence},
-                       **({IMAGE_INPUT: {0: batch}} if IMAGE_INPUT in prompt else {})}, second),
+                       **({IMAGE_INPUT: {0: batch}} if IMAGE_INPUT in prompt else {})}, second, smaller_inputs=smaller),
         ComponentPlan("decode", DecoderOnlyStep(model, with_past=True).eval(), step, decode_spec,
-                      decode_inputs(second)),
+                      decode_inputs(second), smaller_inputs=[(label, decode_inputs(p)) for label, p in smaller]),
     ]
 
 
@@ -347,9 +366,11 @@ def _plan_encoder_decoder(model: torch.nn.Module, inputs: dict[str, Any], batch:
     past = Dim.AUTO(min=1, max=longest - 1)
     decode_spec.update(_cache_spec([n for n in step if n.startswith(("past_key", "past_value"))], batch, past))
     decode_spec.update(_cache_spec([n for n in step if n.startswith("past_cross")], batch, encoder_sequence))
+    smaller = _smaller_prompts(prompt, static_batch, "right")
     return [
-        ComponentPlan("prefill", prefill, prompt, prefill_spec, second),
-        ComponentPlan("decode", decode, step, decode_spec, decode_inputs(second), past_of_one=True),
+        ComponentPlan("prefill", prefill, prompt, prefill_spec, second, smaller_inputs=smaller),
+        ComponentPlan("decode", decode, step, decode_spec, decode_inputs(second), past_of_one=True,
+                      smaller_inputs=[(label, decode_inputs(p)) for label, p in smaller]),
     ]
 
 

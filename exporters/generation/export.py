@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,7 @@ class GenerationExport:
                 for label, inputs in cases:
                     report.shapes.append(_check_loaded(label, inputs, plan.module, loaded.components[plan.name],
                                                        result.atol, result.rtol))
+                result.check_smaller_shapes(plan.module, loaded.components[plan.name], report)
             result.validation = report
         self.check = check_generation(self.model, loaded, self.inputs, max_new_tokens=self.new_tokens)
         manifest = self.manifest()
@@ -249,6 +251,7 @@ def export_for_generation(
     inputs: dict[str, torch.Tensor],
     config: GenerationExportConfig | None = None,
     new_tokens: int = 16,
+    on_component: Callable[[str], None] | None = None,
 ) -> GenerationExport:
     """Export ``model``'s generation components with ``exporter`` (a Dynamo, ONNX or ExecuTorch exporter).
 
@@ -257,6 +260,7 @@ def export_for_generation(
     since validation then covers padding. A model that keeps no KV cache in transformers' ``Cache`` raises
     ``GenerationUnsupported`` (exporters.generation.support) naming why, before any tracing. Nothing is
     validated here: call ``.save(dir)`` (validates the written bundle first) or ``.validate()``.
+    ``on_component(name)`` is told as each component's export starts (progress displays).
     """
     config = config or GenerationExportConfig()
     backend = exporter.backend
@@ -267,6 +271,8 @@ def export_for_generation(
     plans = plan_components(model, inputs, config, backend)
     results: dict[str, ExportResult] = {}
     for plan in plans:
+        if on_component is not None:
+            on_component(plan.name)
         try:
             result = export_component(exporter, plan)
         except Exception as error:
@@ -275,6 +281,7 @@ def export_for_generation(
                 f"{type(model).__name__}: component {plan.name!r} failed on {backend}: "
                 f"{type(error).__name__}: {first_line}", plan.name) from error
         result.second_inputs = plan.second_inputs
+        result.smaller_inputs = plan.smaller_inputs
         result.metadata.model_class = type(model).__name__
         results[plan.name] = result
     return GenerationExport(backend, model, dict(inputs), plans, results, cache_layout(model, plans, config, backend),

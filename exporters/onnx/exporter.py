@@ -32,7 +32,13 @@ import torch
 from exporters.base import ExportResult, config_as_dict, start_export
 from exporters.bundle.format import RUNTIMES, ComponentSpec
 from exporters.bundle.signature import describe_component, user_input_placeholders
-from exporters.dynamo.exporter import DynamoConfig, DynamoExporter, describe_export, second_shape_inputs
+from exporters.dynamo.exporter import (
+    DynamoConfig,
+    DynamoExporter,
+    describe_export,
+    second_shape_inputs,
+    size_one_inputs,
+)
 from exporters.fx_rewrites import feed_contiguous, make_reshape_input_contiguous, split_complex_arithmetic
 from exporters.masks import broadcast_expansion
 from exporters.onnx import folding, rewriter  # noqa: F401  (register the onnxscript optimizer patches)
@@ -138,6 +144,8 @@ class OnnxExporter:
             atol=self.config.atol,
             rtol=self.config.rtol,
             make_second_inputs=(lambda: second_shape_inputs(program, inputs)) if self.config.dynamic else None,
+            make_smaller_inputs=(lambda: size_one_inputs(program, inputs, self.config.dynamic_shapes))
+            if self.config.dynamic else None,
         ).validated_if(validate)
 
 

@@ -96,3 +96,19 @@ def _break_router_ties(model: torch.nn.Module, seed: int) -> None:
         for name, parameter in model.named_parameters():
             if "router" in name and parameter.dim() == 2 and not parameter.any():
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
+
+
+# The config fields that set how large a random model's weights are drawn (normal std, or a factor on it).
+INIT_SCALE_FIELDS = ("initializer_range", "initializer_factor", "init_std")
+
+
+def init_scale_overrides(config: Any, scale: float) -> dict[str, float]:
+    """Config overrides multiplying ``config``'s initialisation scales by ``scale`` (``--init-scale``).
+
+    Why a user needs it: a random tiny model can be degenerate (the same token forever, a near-constant
+    output), which validation reports ``inconclusive`` since a comparison against it could not fail; larger
+    weights make its outputs vary (T5 needs its ``initializer_factor`` at 4). Fields the config lacks are
+    left out.
+    """
+    return {name: getattr(config, name) * scale for name in INIT_SCALE_FIELDS
+            if isinstance(getattr(config, name, None), (int, float))}
