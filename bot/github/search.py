@@ -37,22 +37,27 @@ class IssueSearch:
 
     def __init__(
         self, github: Github, *, per_minute: int = SEARCHES_PER_MINUTE, max_wait: float = 120.0, tries: int = 3,
-        clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+        window: float = WINDOW_S, clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:  # fmt: skip
+        """``per_minute`` searches in any ``window`` seconds (a minute; tests shorten it with the fake's)."""
         self.github, self.per_minute, self.max_wait, self.tries = github, per_minute, max_wait, tries
+        self.window = window
         self.clock, self.sleep = clock, sleep
-        self.sent: collections.deque[float] = collections.deque()  # when the searches of the last minute went out
+        self.sent: collections.deque[float] = collections.deque()  # when the last window's searches were answered
         self.waited = 0.0  # seconds slept, pacing and backing off
 
     def _pace(self) -> None:
-        """Sleep until one more search stays within ``per_minute`` in any window of a minute."""
+        """Sleep until one more search stays within ``per_minute`` in any window. A search counts from the moment
+        its answer came back (:meth:`_sent`), later than GitHub saw it, so our window never ends before GitHub's."""
         now = self.clock()
-        while self.sent and now - self.sent[0] >= WINDOW_S:
+        while self.sent and now - self.sent[0] >= self.window:
             self.sent.popleft()
         if len(self.sent) >= self.per_minute:
-            wait = WINDOW_S - (now - self.sent[0])
-            self._sleep(wait)
+            self._sleep(self.window - (now - self.sent[0]))
             self.sent.popleft()
+
+    def _sent(self) -> None:
         self.sent.append(self.clock())
 
     def _sleep(self, seconds: float) -> None:
@@ -66,8 +71,10 @@ class IssueSearch:
             self._pace()
             try:
                 issues = self.github.search_issues(query).get_page(0)
+                self._sent()
                 return [_hit(issue) for issue in issues]
             except GithubException as error:
+                self._sent()
                 wait = _rate_limit_wait(error)
                 if wait is None:
                     message = error.data.get("message") if isinstance(error.data, dict) else None
