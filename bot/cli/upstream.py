@@ -2,9 +2,11 @@
 
 ``status`` (where each item stands: linked, verified draft, unverified draft, stale, nothing), ``draft`` (write
 an item's standalone reproducer and run it), ``verify`` (run drafts' scripts again, in a fresh process without
-exportbot), ``render`` (the draft pages from their committed inputs; what scripts/check_generated.py checks).
-What a draft says and an item's status are bot.audit.drafts (pure); running scripts and probes is
-bot.run.drafts.
+exportbot), ``render`` (the draft pages from their committed inputs; what scripts/check_generated.py checks),
+``find`` (search the item's repository for an issue that may already report it; links nothing), ``link`` (ask for
+an item's ``upstream`` on the dashboard; ``exportbot pr`` proposes it). What a draft says, an item's status and
+the search's ranking are bot.audit (pure); running scripts and probes is bot.run.drafts; GitHub search, link
+checks and edits are bot.github.
 """
 
 from __future__ import annotations
@@ -393,3 +395,101 @@ def find_command(ids: tuple[str, ...], cache_file: Path, max_wait: float, as_jso
             lines.append(f"(stopped: {result.problem})")
         table.add_row(escape(result.item_id), escape("\n".join(lines)))
     Console().print(table)
+
+
+# ── link, and what the shrink run needs from the checkout ──
+def link_targets(drafts: Drafts, registry: str) -> dict[str, Any]:
+    """Item id → :class:`bot.github.links.LinkTarget`: the repository path its ``upstream`` is written in (the
+    ledger list under ``registry``, the workaround's module), the tracker it must link into, what it links now."""
+    from bot.github.links import LinkTarget
+
+    notes = drafts.files.notes
+    return {item.id: LinkTarget(item.id, f"{registry.strip('/')}/{Path(item.location).name}" if item.kind == ENTRY
+                                else item.location, repository_of(item, notes.get(item.id)), item.upstream)
+            for item in drafts.items}  # fmt: skip
+
+
+def upstream_inputs(registry: str = "registry", cache_file: Path = DEFAULT_FIND_CACHE) -> Any:
+    """:class:`bot.github.links.UpstreamInputs` of this checkout for ``exportbot pr``: the link targets, and a
+    dashboard row per item without an upstream issue (status, draft, issue title and body, the candidates the
+    last ``upstream find`` cached)."""
+    from bot.audit.drafts import draft_title, issue_body
+    from bot.github.dashboard import TrackingRow
+    from bot.github.links import UpstreamInputs
+
+    drafts = Drafts(None)
+    files = drafts.files
+    found = load_cache(cache_file.read_text(encoding="utf-8")) if cache_file.is_file() else {}
+    rows = []
+    for item in drafts.items:
+        if item.upstream:
+            continue
+        notes, record, script = files.notes.get(item.id), files.runs.get(item.id), files.scripts.get(item.id)
+        status = drafts.status(item)
+        rows.append(TrackingRow(
+            item.id, item.kind, item.detail, status.status, status.reason, repository_of(item, notes),
+            f"docs/upstream-drafts/{item.id}.md" if script is not None else None, draft_title(item, notes, record),
+            issue_body(item, notes, script, record, drafts.pins) if script is not None else None,
+            found[item.id].candidates if item.id in found else (),
+        ))  # fmt: skip
+    return UpstreamInputs(link_targets(drafts, registry), tuple(rows))
+
+
+@upstream_group.command("link")
+@click.argument("item_id", metavar="ID")
+@click.argument("url")
+@click.option("--apply/--dry-run", "apply", default=None,
+              help="Tick the link on the dashboard, or only say what would be ticked [default: tick only when "
+                   "CI=true and a token is set].")  # fmt: skip
+@github_url_option
+@token_env_option
+@click.option("--repo", "repository", default=None, metavar="OWNER/NAME",
+              help="Repository of the dashboard [default: [tool.exportbot] repository, then $GITHUB_REPOSITORY].")  # fmt: skip
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="pyproject.toml with [tool.exportbot] [default: the nearest one].")  # fmt: skip
+@report_errors
+def link_command(item_id: str, url: str, apply: bool | None, github_url: str | None, token_env: str | None,
+                 repository: str | None, config_file: Path | None) -> None:  # fmt: skip
+    """Ask for ID's `upstream` to be URL: the URL must name an issue or pull request of the repository that would
+    fix ID, and GitHub must answer for it. The link is ticked on the dashboard (as a ticked candidate is), and the
+    next `exportbot pr` run proposes `upstream = URL` in the shrink PR's links section. Exit 2 when the URL
+    cannot be its link (the line says why).
+
+    \b
+    Examples:
+      exportbot upstream link informer-distil-mask-not-downsampled https://github.com/huggingface/transformers/issues/123
+      exportbot upstream link _aten_cummin https://github.com/microsoft/onnxscript/issues/45 --apply
+    """
+    import time
+
+    from bot.cli.pr import _load, make_github, should_apply
+    from bot.github.dashboard import with_link_request
+    from bot.github.links import link_problem
+    from bot.github.shrink_session import GitHubSession, ShrinkStopped
+    from bot.github.tracker import _token_from_env
+
+    config, _ = _load(config_file, repository)
+    if not config.repository:
+        raise UsageProblem("no repository for the dashboard: set [tool.exportbot] repository or pass --repo OWNER/NAME")
+    if not config.dashboard:
+        raise UsageProblem("the dashboard is off ([tool.exportbot] dashboard = false): a link is asked for there")
+    drafts = Drafts(None)
+    targets = link_targets(drafts, config.registry)
+    problem = link_problem(item_id, url, targets.get(item_id))
+    if problem is not None:
+        raise UsageProblem(problem)
+    token = _token_from_env(token_env)
+    apply_now = should_apply(apply, token is not None)
+    session = GitHubSession(make_github(github_url, token), config, time.sleep)
+    try:
+        (check,) = session.check_links([(item_id, url)], targets)
+        if not check.accepted:
+            raise UsageProblem(check.note)
+        issue = session.read_dashboard()
+        if issue is None:
+            raise UsageProblem(f"{config.repository} has no dashboard issue yet: `exportbot pr` creates it")
+        step = session.dashboard(with_link_request(issue.body or "", item_id, url, check.note), apply_now)
+    except ShrinkStopped as stop:
+        click.echo(stop.explain(), err=True)
+        click.get_current_context().exit(EXIT_FAILED)
+    click.echo(f"{item_id} → {url} ({check.note}): {step}; the next `exportbot pr` run proposes it in the shrink PR")
