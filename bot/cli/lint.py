@@ -229,7 +229,7 @@ def _tracked(entries: Iterable[LedgerEntry], workarounds: Iterable[Workaround]) 
 
 
 def tracking_statuses(
-    entries: Iterable[LedgerEntry], workarounds: Iterable[Workaround], registry_dir: Path, drafts_dir: Path = DRAFTS_DIR
+    entries: Iterable[LedgerEntry], workarounds: Iterable[Workaround], registry_dir: Path, drafts_dir: Path
 ) -> list[tuple[ItemStatus, Path, int]]:
     """Where each item stands upstream (bot.audit.drafts.item_status over the committed drafts), and its line."""
     from bot.run.drafts import read_drafts
@@ -244,7 +244,7 @@ def tracking_statuses(
             for item, path, line in _tracked(entries, workarounds)]  # fmt: skip
 
 
-def known_untracked(drafts_dir: Path = DRAFTS_DIR) -> set[str]:
+def known_untracked(drafts_dir: Path) -> set[str]:
     path = drafts_dir / KNOWN_UNTRACKED
     return parse_known_untracked(path.read_text(encoding="utf-8")) if path.is_file() else set()
 
@@ -268,14 +268,24 @@ def _tracking_messages(statuses: Iterable[tuple[ItemStatus, Path, int]], known: 
     return messages
 
 
+def drafts_beside(registry_dir: Path) -> Path | None:
+    """The upstream drafts of the checkout that holds ``registry_dir`` (``docs/upstream-drafts`` next to it), or
+    None: a ledger directory outside a checkout (a scratch copy) has no drafts to judge its items by."""
+    candidate = Path(registry_dir).absolute().parent / DRAFTS_DIR.relative_to(DRAFTS_DIR.parents[1])
+    return candidate if candidate.is_dir() else None
+
+
 def lint(
-    registry_dir: Path, *, check_classes: bool = True, check_workarounds: bool = True, drafts_dir: Path = DRAFTS_DIR
-) -> list[LintMessage]:
+    registry_dir: Path, *, check_classes: bool = True, check_workarounds: bool = True, check_tracking: bool = True,
+    drafts_dir: Path | None = None,
+) -> list[LintMessage]:  # fmt: skip
     """Every problem in the ledger under ``registry_dir`` and, optionally, in the workaround registry, and where
-    each entry (and workaround) stands upstream (``drafts_dir``: the upstream drafts).
+    each entry (and workaround) stands upstream.
 
     ``check_classes`` imports transformers model modules and builds and runs every entry's reproducer in
-    eager; ``check_workarounds`` imports every exporter; both take seconds, so callers that only edited TOML may turn them off.
+    eager; ``check_workarounds`` imports every exporter; both take seconds, so callers that only edited TOML may
+    turn them off. ``check_tracking`` judges every item against the upstream drafts (``drafts_dir``, default
+    :func:`drafts_beside` the registry; none there: not judged).
     """
     entries, problems = check_ledger(Path(registry_dir))
     messages = [LintMessage(p.path, p.line, "error", p.message) for p in problems]
@@ -285,9 +295,11 @@ def lint(
         messages += _reproducer_messages(entries)
     if check_workarounds:
         messages += _workaround_messages()
-    workarounds = all_workarounds() if check_workarounds else []
-    messages += _tracking_messages(tracking_statuses(entries, workarounds, Path(registry_dir), drafts_dir),
-                                   known_untracked(drafts_dir))  # fmt: skip
+    drafts_dir = drafts_dir or drafts_beside(registry_dir)
+    if check_tracking and drafts_dir is not None:
+        workarounds = all_workarounds() if check_workarounds else []
+        messages += _tracking_messages(tracking_statuses(entries, workarounds, Path(registry_dir), drafts_dir),
+                                       known_untracked(drafts_dir))  # fmt: skip
     return messages
 
 
@@ -329,8 +341,10 @@ def lint_command(registry_dir: Path | None, check_classes: bool, check_workaroun
         click.echo(str(message))
     errors = sum(message.severity == "error" for message in messages)
     summary = f"lint: {_plural(errors, 'error')}, {_plural(len(messages) - errors, 'warning')}"
-    entries, _ = check_ledger(directory)
-    statuses = tracking_statuses(entries, all_workarounds() if check_workarounds else [], directory)
-    summary += "; upstream: " + ", ".join(f"{name} {n}" for name, n in counts(s for s, _, _ in statuses).items())
+    drafts_dir = drafts_beside(directory)
+    if drafts_dir is not None:
+        entries, _ = check_ledger(directory)
+        statuses = tracking_statuses(entries, all_workarounds() if check_workarounds else [], directory, drafts_dir)
+        summary += "; upstream: " + ", ".join(f"{name} {n}" for name, n in counts(s for s, _, _ in statuses).items())
     click.echo(summary)
     click.get_current_context().exit(EXIT_FAILED if errors else EXIT_OK)
