@@ -1,0 +1,103 @@
+"""Upstream drafts: a draft's script runs in a fresh process where exportbot cannot be imported, its output is
+matched against the item's failure, the item's status follows (verified / unverified / stale / nothing), CI picks
+the drafts a commit changed, and ``exportbot upstream status --json`` reports every item. Real subprocesses, real
+git."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from bot.audit.drafts import (
+    NOTHING,
+    STALE,
+    STATUSES,
+    UNVERIFIED,
+    VERIFIED,
+    DraftRecord,
+    TrackedItem,
+    item_status,
+)
+from bot.cli.upstream import upstream_group
+from bot.run.drafts import changed_draft_ids, run_script
+
+EXPECTED = r"The size of tensor a \(\d+\) must match"
+ITEM = TrackedItem("demo-entry", "entry", "dynamo", "transformers", None, "demo", "registry/export_skips.toml",
+                   "EXPORT_SKIPS entry (dynamo, scope all)", ("DemoModel",), EXPECTED)  # fmt: skip
+FAILING = """\
+import importlib.util, torch
+print("exportbot importable:", any(importlib.util.find_spec(n) for n in ("exporters", "bot")))
+torch.ones(3) + torch.ones(4)
+"""
+
+
+def test_a_draft_script_runs_without_exportbot_and_its_failure_is_matched():
+    run = run_script("demo-entry", FAILING, EXPECTED, timeout=120)
+    assert run.exit_code == 1 and run.matched and not run.exportbot_importable
+    assert "exportbot importable: False" in run.output  # the script itself could not import it either
+    assert "RuntimeError: The size of tensor a (3) must match the size of tensor b (4)" in run.output
+    assert 'File "demo-entry.py", line 3' in run.output  # paths shortened: the same text on any machine
+    pins = {"torch": run.versions["torch"]}
+    status = item_status(ITEM, FAILING, None, DraftRecord(run), pins)
+    assert status.status == VERIFIED, status.reason
+
+
+def test_a_script_that_fails_otherwise_is_unverified_and_one_that_passes_is_stale():
+    other = run_script("demo-entry", "raise ValueError('another bug')\n", EXPECTED, timeout=60)
+    assert other.exit_code == 1 and not other.matched
+    pins = {"torch": other.versions.get("torch", "?")}
+    said = item_status(ITEM, "raise ValueError('another bug')\n", None, DraftRecord(other), pins)
+    assert said.status == UNVERIFIED and "ValueError: another bug" in said.reason
+
+    fixed = "print('works now')\n"
+    passing = run_script("demo-entry", fixed, EXPECTED, timeout=60)
+    assert passing.exit_code == 0 and not passing.matched
+    stale = item_status(ITEM, fixed, None, DraftRecord(passing), pins)
+    assert stale.status == STALE and "no longer fails" in stale.reason
+    assert item_status(ITEM, None, None, None, pins).status == NOTHING
+
+
+def test_a_changed_script_must_run_again_before_it_counts():
+    run = run_script("demo-entry", FAILING, EXPECTED, timeout=120)
+    pins = {"torch": run.versions["torch"]}
+    edited = FAILING + "# edited\n"
+    status = item_status(ITEM, edited, None, DraftRecord(run), pins)
+    assert status.status == UNVERIFIED and "changed" in status.reason
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout
+
+
+def test_ci_verifies_only_the_drafts_a_commit_changed(tmp_path: Path):
+    drafts = tmp_path / "docs" / "upstream-drafts"
+    (drafts / "scripts").mkdir(parents=True)
+    (drafts / "notes").mkdir()
+    for name in ("a", "b", "c"):
+        (drafts / "scripts" / f"{name}.py").write_text(f"print({name!r})\n")
+    runs = {"schema": 1, "runs": {}}
+    (drafts / "runs.json").write_text(json.dumps(runs))
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base", "--allow-empty")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "drafts")
+    base = git(tmp_path, "rev-parse", "HEAD").strip()
+    assert changed_draft_ids(base, drafts) == []
+    (drafts / "scripts" / "b.py").write_text("print('b, edited')\n")
+    (drafts / "notes" / "c.md").write_text("---\ntitle: c\n---\n")
+    (drafts / "README.md").write_text("index\n")  # the index is no draft of its own
+    assert changed_draft_ids(base, drafts) == ["b", "c"]
+    assert changed_draft_ids("HEAD~1", drafts) == ["a", "b", "c"]
+
+
+def test_status_json_reports_every_item_once_with_the_counts():
+    done = CliRunner().invoke(upstream_group, ["status", "--json"])
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout)
+    assert set(data["counts"]) == set(STATUSES)
+    assert sum(data["counts"].values()) == len(data["items"]) == len({item["id"] for item in data["items"]})
+    assert {item["status"] for item in data["items"]} <= set(STATUSES)
+    assert all(item["reason"] for item in data["items"])
