@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 from click.testing import CliRunner
+from test_json_output import assert_same_shape, documented
 
 from bot.audit.drafts import (
     NOTHING,
@@ -101,3 +102,4 @@ def test_status_json_reports_every_item_once_with_the_counts():
     assert sum(data["counts"].values()) == len(data["items"]) == len({item["id"] for item in data["items"]})
     assert {item["status"] for item in data["items"]} <= set(STATUSES)
     assert all(item["reason"] for item in data["items"])
+    assert_same_shape(data, documented("upstream-tracking.md", "`exportbot upstream status --json`"))

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 from fake_github import FakeGitHub, Fault
 from github import Auth, Github
+from test_json_output import assert_same_shape, documented
 
 from bot.audit.candidates import SearchHit, failure_text, fingerprint, queries, rank
 from bot.audit.drafts import repository_of
@@ -121,6 +122,7 @@ def test_find_searches_the_items_repository_ranks_caches_and_links_nothing(tmp_p
         result = json.loads(first.stdout)
         item = result["items"][0]
         assert (result["searched"], result["cached"]) == (1, 0) and item["queries"] == searches
+        assert_same_shape(result, documented("upstream-tracking.md", "`exportbot upstream find --json`"))
         urls = [c["url"] for c in item["candidates"]]
         assert urls[0] == f"https://github.com/{repository}/issues/1"  # the one that repeats the failure
         assert all(f"github.com/{repository}/" in url for url in urls)  # scoped to the item's repository
