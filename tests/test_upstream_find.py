@@ -21,8 +21,9 @@ from test_json_output import assert_same_shape, documented
 
 from bot.audit.candidates import SearchHit, failure_text, fingerprint, queries, rank
 from bot.audit.drafts import repository_of
-from bot.cli.upstream import Drafts, upstream_group
+from bot.cli.upstream import upstream_group
 from bot.github.search import IssueSearch, SearchStopped
+from bot.run.tracking import Drafts
 
 ITEM = "informer-distil-mask-not-downsampled"  # a ledger entry without upstream, fixed in huggingface/transformers
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,12 +18,13 @@ from test_shrink import OPTIMIZE, OPTIMIZE_TEXT, REPO, SKIPS, SKIPS_TEXT, SOURCE
 
 from bot.audit.candidates import Candidate
 from bot.audit.workaround_removal import set_workaround_upstream
-from bot.cli.upstream import Drafts, link_targets, upstream_group
+from bot.cli.upstream import upstream_group
 from bot.config import BotConfig
 from bot.github import shrink_session
 from bot.github.dashboard import DASHBOARD_MARKER, TrackingRow
 from bot.github.links import LinkTarget, UpstreamInputs, link_edit
 from bot.github.shrink import open_or_update_pr
+from bot.run.tracking import Drafts, link_targets
 
 MORE = "exporters/onnx/more.py"
 MORE_TEXT = '''"""More ONNX workarounds."""

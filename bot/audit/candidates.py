@@ -19,12 +19,14 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bot.audit.drafts import ENTRY, DraftRecord, TrackedItem, last_error_line
 from bot.signatures import normalize_text, strip_ansi
 
 CACHE_SCHEMA = 1
+DEFAULT_CACHE = Path(".exportbot-cache") / "upstream-find.json"  # relative to where find runs
 MAX_QUERY_CHARS = 256  # GitHub refuses longer search queries
 MAX_QUERIES = 3  # per item: the search budget is 30 a minute for every item of a run
 MAX_CANDIDATES = 5

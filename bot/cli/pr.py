@@ -156,7 +156,7 @@ def _upstream_inputs(config: BotConfig) -> Any:
     dashboard: that is where links are asked for)."""
     if not config.dashboard:
         return None
-    from bot.cli.upstream import upstream_inputs
+    from bot.run.tracking import upstream_inputs
 
     return upstream_inputs(config.registry)
 

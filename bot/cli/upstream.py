@@ -12,7 +12,6 @@ checks and edits are bot.github.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,73 +19,32 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from bot.audit.candidates import FindResult, dump_cache, failure_text, load_cache, plan_searches, rank
+from bot.audit.candidates import (
+    DEFAULT_CACHE,
+    FindResult,
+    dump_cache,
+    failure_text,
+    load_cache,
+    plan_searches,
+    rank,
+)
 from bot.audit.drafts import (
-    DRAFTS_DIR,
     ENTRY,
     DraftError,
     DraftRecord,
-    ItemStatus,
     TrackedItem,
     counts,
     expected_failure,
     is_generated_script,
-    item_status,
-    render_pages,
     repository_of,
 )
-from bot.audit.pins import PinFileError, find_pin_file, read_pins
 from bot.cli.json_output import emit_json, json_flag, write_atomically
 from bot.cli.options import github_url_option, registry_option, token_env_option
 from bot.cli.progress import CountedProgress
 from bot.cli.terminal import compact_table
 from bot.config import DEFAULT_TIMEOUT
 from bot.errors import EXIT_FAILED, EXIT_OK, UsageProblem, report_errors
-
-
-class Drafts:
-    """What every subcommand reads: the items, the draft inputs, the pins; and writing the pages."""
-
-    def __init__(self, registry_dir: Path | None, directory: Path = DRAFTS_DIR) -> None:
-        from bot.run.drafts import read_drafts, tracked_items
-
-        try:
-            self.files = read_drafts(directory)
-            self.pins = read_pins(find_pin_file(directory))
-        except (DraftError, PinFileError) as error:
-            raise UsageProblem(str(error)) from None
-        self.items = tracked_items(registry_dir)
-        self.by_id = {item.id: item for item in self.items}
-        self.registry_dir = registry_dir
-
-    def select(self, ids: Iterable[str]) -> list[TrackedItem]:
-        chosen = []
-        for item_id in ids:
-            if item_id not in self.by_id:
-                raise UsageProblem(f"{item_id!r} is no ledger entry id or registered workaround name "
-                                   "(see `exportbot upstream status`)")  # fmt: skip
-            chosen.append(self.by_id[item_id])
-        return chosen
-
-    def status(self, item: TrackedItem, record: DraftRecord | None = None) -> ItemStatus:
-        files = self.files
-        return item_status(item, files.scripts.get(item.id), files.notes.get(item.id),
-                           record if record is not None else files.runs.get(item.id), self.pins)  # fmt: skip
-
-    def pages(self) -> tuple[dict[str, str], list[ItemStatus], list[str]]:
-        files = self.files
-        return render_pages(self.items, files.scripts, files.notes, files.runs, self.pins)
-
-    def write_pages(self) -> list[str]:
-        """Write every page that changed; the names written."""
-        pages, _, _ = self.pages()
-        written = []
-        for name, text in pages.items():
-            path = self.files.directory / name
-            if not path.is_file() or path.read_text(encoding="utf-8") != text:
-                path.write_text(text, encoding="utf-8")
-                written.append(name)
-        return written
+from bot.run.tracking import Drafts, link_targets
 
 
 @click.group("upstream", context_settings={"help_option_names": ["-h", "--help"]})
@@ -309,7 +267,6 @@ def verify_command(ids: tuple[str, ...], base: str | None, record: bool, probe: 
 
 
 # ── find ──
-DEFAULT_FIND_CACHE = Path(".exportbot-cache") / "upstream-find.json"
 
 
 def _find_one(search: Any, item: TrackedItem, repository: str, print_: str, texts: list[str], text: str) -> FindResult:
@@ -329,7 +286,7 @@ def _find_one(search: Any, item: TrackedItem, repository: str, print_: str, text
 
 @upstream_group.command("find")
 @click.argument("ids", nargs=-1)
-@click.option("--cache", "cache_file", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_FIND_CACHE,
+@click.option("--cache", "cache_file", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_CACHE,
               show_default=True, help="Results per item fingerprint: an item whose failure did not change is not "
                                       "searched again.")  # fmt: skip
 @click.option("--max-wait", type=click.FloatRange(min=0), default=120.0, show_default=True,
@@ -397,44 +354,7 @@ def find_command(ids: tuple[str, ...], cache_file: Path, max_wait: float, as_jso
     Console().print(table)
 
 
-# ── link, and what the shrink run needs from the checkout ──
-def link_targets(drafts: Drafts, registry: str) -> dict[str, Any]:
-    """Item id → :class:`bot.github.links.LinkTarget`: the repository path its ``upstream`` is written in (the
-    ledger list under ``registry``, the workaround's module), the tracker it must link into, what it links now."""
-    from bot.github.links import LinkTarget
-
-    notes = drafts.files.notes
-    return {item.id: LinkTarget(item.id, f"{registry.strip('/')}/{Path(item.location).name}" if item.kind == ENTRY
-                                else item.location, repository_of(item, notes.get(item.id)), item.upstream)
-            for item in drafts.items}  # fmt: skip
-
-
-def upstream_inputs(registry: str = "registry", cache_file: Path = DEFAULT_FIND_CACHE) -> Any:
-    """:class:`bot.github.links.UpstreamInputs` of this checkout for ``exportbot pr``: the link targets, and a
-    dashboard row per item without an upstream issue (status, draft, issue title and body, the candidates the
-    last ``upstream find`` cached)."""
-    from bot.audit.drafts import draft_title, issue_body
-    from bot.github.dashboard import TrackingRow
-    from bot.github.links import UpstreamInputs
-
-    drafts = Drafts(None)
-    files = drafts.files
-    found = load_cache(cache_file.read_text(encoding="utf-8")) if cache_file.is_file() else {}
-    rows = []
-    for item in drafts.items:
-        if item.upstream:
-            continue
-        notes, record, script = files.notes.get(item.id), files.runs.get(item.id), files.scripts.get(item.id)
-        status = drafts.status(item)
-        rows.append(TrackingRow(
-            item.id, item.kind, item.detail, status.status, status.reason, repository_of(item, notes),
-            f"docs/upstream-drafts/{item.id}.md" if script is not None else None, draft_title(item, notes, record),
-            issue_body(item, notes, script, record, drafts.pins) if script is not None else None,
-            found[item.id].candidates if item.id in found else (),
-        ))  # fmt: skip
-    return UpstreamInputs(link_targets(drafts, registry), tuple(rows))
-
-
+# ── link ──
 @upstream_group.command("link")
 @click.argument("item_id", metavar="ID")
 @click.argument("url")
