@@ -199,3 +199,22 @@ def test_link_command_checks_the_url_and_ticks_it_on_the_dashboard(fake_github: 
         refused = link(url, "--apply")
         assert refused.exit_code == 2 and said in refused.output and "Traceback" not in refused.output
         assert len(refused.output.strip().splitlines()) == 1
+
+
+# ── The dashboard's section (pure) ──
+def test_the_section_files_a_verified_draft_in_one_click_links_a_long_one_and_flags_a_stale_one():
+    from bot.github.dashboard import upstream_section
+
+    short = TrackingRow("_fix_a", "workaround", "fx_node_fix (onnx)", "verified", "fails as recorded",
+                        "pytorch/pytorch", "docs/upstream-drafts/_fix_a.md", "A fails", "short body")  # fmt: skip
+    long = TrackingRow("_fix_b", "workaround", "fx_node_fix (onnx)", "verified", "fails as recorded",
+                       "pytorch/pytorch", "docs/upstream-drafts/_fix_b.md", "B fails", "x" * 9000)  # fmt: skip
+    stale = TrackingRow("_fix_c", "workaround", "patch (onnx)", "stale", "its script no longer fails",
+                        "pytorch/pytorch", "docs/upstream-drafts/_fix_c.md", "C", "body")  # fmt: skip
+    lines = upstream_section([short, long, stale], None, REPO, "main")
+    text = "\n".join(lines)
+    assert "[file it in pytorch/pytorch](https://github.com/pytorch/pytorch/issues/new?title=A+fails&body=short+body)" in text
+    assert ("file it in pytorch/pytorch: too long for a prefilled link, copy "
+            f"[_fix_b.md](https://github.com/{REPO}/blob/main/docs/upstream-drafts/_fix_b.md)") in text
+    assert "**stale** draft" in text and "its script no longer fails" in text
+    assert "3 items have no upstream issue: 2 verified, 0 unverified, 1 stale, 0 nothing" in text
