@@ -249,13 +249,19 @@ def dashboard_body(
     return "\n".join(lines) + "\n"
 
 
-def bump_section(body: str | None) -> list[str]:
-    """The dependency-bump section of a dashboard body (blank line first), or [] when it has none."""
+def kept_section(body: str | None, start_marker: str, end_marker: str) -> list[str]:
+    """The section of a dashboard body between two markers, as it stands (blank line first), or [] when it has
+    none: what a run that does not rewrite that section keeps."""
     text = body or ""
-    start, end = text.find(BUMPS_START), text.find(BUMPS_END)
+    start, end = text.find(start_marker), text.find(end_marker)
     if start == -1 or end < start:
         return []
-    return ["", *text[start : end + len(BUMPS_END)].splitlines()]
+    return ["", *text[start : end + len(end_marker)].splitlines()]
+
+
+def bump_section(body: str | None) -> list[str]:
+    """The dependency-bump section of a dashboard body (blank line first), or [] when it has none."""
+    return kept_section(body, BUMPS_START, BUMPS_END)
 
 
 def with_bump_row(body: str, group: str, line: str | None) -> str:
@@ -404,8 +410,4 @@ def _check_note(check: LinkCheck | None) -> str:
 
 def previous_upstream_section(body: str | None) -> list[str]:
     """The upstream section of a dashboard body as it stands (blank line first), or [] when it has none."""
-    text = body or ""
-    start, end = text.find(UPSTREAM_START), text.find(UPSTREAM_END)
-    if start == -1 or end < start:
-        return []
-    return ["", *text[start : end + len(UPSTREAM_END)].splitlines()]
+    return kept_section(body, UPSTREAM_START, UPSTREAM_END)
