@@ -103,3 +103,26 @@ def test_status_json_reports_every_item_once_with_the_counts():
     assert {item["status"] for item in data["items"]} <= set(STATUSES)
     assert all(item["reason"] for item in data["items"])
     assert_same_shape(data, documented("upstream-tracking.md", "`exportbot upstream status --json`"))
+
+
+def test_verify_starts_no_script_past_its_budget_and_names_the_drafts_left(monkeypatch):
+    import types
+
+    import bot.cli.upstream as upstream_cli
+    from bot.run.tracking import Drafts
+
+    drafts = Drafts(None)
+    ids = sorted(i for i in drafts.files.scripts if i in drafts.files.runs and i in drafts.by_id)[:3]
+    ran: list[str] = []
+
+    def recorded(drafts, item, timeout, *, probe):  # the script's recorded run: this test is about the budget
+        ran.append(item.id)
+        return drafts.files.runs[item.id]
+
+    clock = iter([0.0, 0.0, 100.0, 2000.0])  # started, then before each script: the third starts past 900 s
+    monkeypatch.setattr(upstream_cli, "_run", recorded)
+    monkeypatch.setattr(upstream_cli, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))
+    done = CliRunner().invoke(upstream_group, ["verify", *ids, "--budget", "900"])
+    assert done.exit_code == 0, done.output
+    assert ran == ids[:2]
+    assert f"budget of 900 s spent: not verified in this run: {ids[2]}" in done.stderr

@@ -12,6 +12,7 @@ checks and edits are bot.github.
 from __future__ import annotations
 
 import datetime
+import time
 from pathlib import Path
 from typing import Any
 
@@ -211,11 +212,14 @@ def draft_command(ids: tuple[str, ...], all_items: bool, no_run: bool, timeout: 
               help="Only the drafts whose files differ from git revision REV (CI: the commit's base).")  # fmt: skip
 @click.option("--record", is_flag=True, help="Record the runs in runs.json and write the pages.")
 @click.option("--probe", is_flag=True, help="Run each workaround's --without probe again too (an export).")
+@click.option("--budget", "budget_s", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+              help="Start no script after this many seconds; the drafts left are named on stderr (CI keeps its "
+                   "time budget when a commit changes many drafts).")  # fmt: skip
 @timeout_option
 @registry_option
 @report_errors
-def verify_command(ids: tuple[str, ...], base: str | None, record: bool, probe: bool, timeout: float,
-                   registry_dir: Path | None) -> None:  # fmt: skip
+def verify_command(ids: tuple[str, ...], base: str | None, record: bool, probe: bool, budget_s: float | None,
+                   timeout: float, registry_dir: Path | None) -> None:  # fmt: skip
     """Run drafts' scripts again, one at a time, each in a fresh process where exportbot is not importable, and
     compare with what runs.json records. Exit 1 when a draft's status now differs from its recorded one (a
     verified draft that no longer fails as recorded, a run that never was, a script changed since its run);
@@ -244,9 +248,14 @@ def verify_command(ids: tuple[str, ...], base: str | None, record: bool, probe: 
     if missing:
         raise UsageProblem(f"no draft script for {', '.join(missing)}: run `exportbot upstream draft ID` first")
     disagreements = 0
+    started = time.monotonic()
     with CountedProgress(Console(stderr=True), "verify") as progress:
         progress.add(len(items))
-        for item in items:
+        for index, item in enumerate(items):
+            if budget_s is not None and time.monotonic() - started > budget_s:
+                left = ", ".join(i.id for i in items[index:])
+                click.echo(f"budget of {budget_s:g} s spent: not verified in this run: {left}", err=True)
+                break
             progress.step(item.id)
             before = drafts.status(item)
             fresh = _run(drafts, item, timeout, probe=probe)
