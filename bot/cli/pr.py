@@ -176,7 +176,7 @@ def run_pr(
     apply_now = False if local else should_apply(apply, token is not None)
     try:
         if local or (not apply_now and config.repository is None):
-            outcome = plan_locally(report, config, root)
+            outcome = plan_locally(report, config, root, _upstream_inputs(config))
         else:
             outcome = open_or_update_pr(report, config, make_github(github_url, token), apply_now, recreate=recreate,
                                         upstream=_upstream_inputs(config))  # fmt: skip

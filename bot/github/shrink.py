@@ -144,8 +144,10 @@ def local_state(root: Path, paths: Collection[str]) -> RepoState:
     return RepoState(head_commit(root) or NO_COMMIT, files, None, None, ())
 
 
-def plan_locally(report: Mapping[str, Any], config: BotConfig, root: Path) -> ShrinkOutcome:
-    """``exportbot pr --local``: the diff and the PR body against the checkout at ``root``; no network."""
+def plan_locally(report: Mapping[str, Any], config: BotConfig, root: Path,
+                 upstream: UpstreamInputs | None = None) -> ShrinkOutcome:  # fmt: skip
+    """``exportbot pr --local``: the diff and the PR body against the checkout at ``root``; no network (no link is
+    asked for there: the dashboard's upstream section shows the rows with no tick)."""
     report = check_report(report)
     check_repository(report, config.repository)
     state = local_state(root, wanted_paths(config, report))
@@ -153,7 +155,7 @@ def plan_locally(report: Mapping[str, Any], config: BotConfig, root: Path) -> Sh
     outcome = ShrinkOutcome(plan, applied=False, against=f"{root} at {state.base_sha[:12]}",
                             warnings=[warning] if warning else [])
     if config.dashboard:
-        outcome.dashboard = _dashboard(outcome, report, ledger, verification, None, config, None)
+        outcome.dashboard = _dashboard(outcome, report, ledger, verification, None, config, upstream)
     return outcome
 
 
