@@ -146,3 +146,17 @@ def test_find_refuses_an_item_that_is_already_linked():
     linked = next(item.id for item in Drafts(None).items if item.upstream)
     done = CliRunner().invoke(upstream_group, ["find", linked, "--github-url", "http://127.0.0.1:9"])
     assert done.exit_code == 2 and "already link" in done.output and "Traceback" not in done.output
+
+
+def test_queries_are_few_scoped_and_within_githubs_length():
+    from bot.audit.drafts import TrackedItem
+
+    item = TrackedItem("_aten_demo", "workaround", "onnx", "onnxscript", None, "demo", "exporters/onnx/x.py",
+                       "onnx_translation (onnx)")  # fmt: skip
+    text = ("DispatchError: No ONNX function found for <OpOverload(op='aten.cummin', overload='default')> "
+            "while translating node cummin_default in exported_program " + "x" * 400)
+    found = queries(item, "microsoft/onnxscript", text)
+    assert 1 <= len(found) <= 3 and all(q.startswith("repo:microsoft/onnxscript ") for q in found)
+    assert all(len(q) <= 256 for q in found)
+    assert found[0] == 'repo:microsoft/onnxscript "No ONNX function found for"'
+    assert any("aten.cummin" in q for q in found)

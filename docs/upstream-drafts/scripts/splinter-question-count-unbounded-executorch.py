@@ -1,3 +1,4 @@
+import functools
 import time
 from importlib.metadata import version
 
@@ -7,7 +8,7 @@ import executorch.exir.passes.replace_view_copy_with_view_pass as view_pass
 import executorch.exir.tensor as et_tensor
 import executorch.exir.tensor_layout as et_layout
 from executorch.exir import to_edge_transform_and_lower
-from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, guard_or_false, guard_or_true
 from transformers import SplinterConfig, SplinterForPreTraining
 
 print("torch", torch.__version__, "transformers", transformers.__version__, "executorch", version("executorch"))
@@ -75,11 +76,25 @@ lower("core-ATen count, stock executorch")
 original_dim_order = et_tensor.dim_order_from_stride
 
 
+def dim_order_by_multiples(stride):
+    """Dims by decreasing stride, ties in dim order: a pair is ordered when it is known, or when one stride is a
+    multiple of the other (a multiple of a positive stride is never the smaller one, as torch orders strides)."""
+
+    def compare(i, j):
+        a, b = stride[i], stride[j]
+        if guard_or_false(a < b) or (guard_or_false(b % a == 0) and guard_or_true(a != b)):
+            return -1
+        if guard_or_false(a >= b) or guard_or_false(a % b == 0):
+            return 1
+        raise ValueError(f"cannot order the strides {a} and {b}")
+
+    return tuple(sorted(range(len(stride)), key=functools.cmp_to_key(compare), reverse=True))
+
+
 def dim_order_from_stride(stride):
     try:
         return original_dim_order(stride)
     except GuardOnDataDependentSymNode:
-        from exporters.executorch.symbolic import dim_order_by_multiples  # exportbot's helper
         return dim_order_by_multiples(stride)
 
 
