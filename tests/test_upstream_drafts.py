@@ -126,3 +126,14 @@ def test_verify_starts_no_script_past_its_budget_and_names_the_drafts_left(monke
     assert done.exit_code == 0, done.output
     assert ran == ids[:2]
     assert f"budget of 900 s spent: not verified in this run: {ids[2]}" in done.stderr
+
+
+def test_a_draft_that_imports_exportbot_is_a_problem_of_render_check():
+    from bot.audit.drafts import render_pages
+
+    scripts = {"demo-entry": "import torch\n\ndef patched():\n    from exporters.executorch.symbolic import x\n",
+               "clean": "import torch, transformers\n"}  # fmt: skip
+    _, _, problems = render_pages([ITEM], scripts, {}, {}, {})
+    assert problems == ["docs/upstream-drafts/scripts/clean.py: names no ledger entry or registered workaround",
+                        "docs/upstream-drafts/scripts/demo-entry.py imports exporters.executorch.symbolic: a draft "
+                        "imports only the upstream stack (it runs where exportbot is not installed)"]  # fmt: skip

@@ -26,6 +26,7 @@ no longer fails at the pins, or its ``--without`` probe passes: the item may be 
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
@@ -533,4 +534,19 @@ def render_pages(
                 for where in [where.format(item_id)]]  # fmt: skip
     problems += [f"{directory}/{NOTES}/{item_id}.md: notes without a script" for item_id in sorted(set(notes) - set(scripts))
                  if item_id in known]  # fmt: skip
+    problems += [f"{directory}/{SCRIPTS}/{item_id}.py imports {', '.join(names)}: a draft imports only the upstream "
+                 "stack (it runs where exportbot is not installed)"
+                 for item_id, script in sorted(scripts.items()) if (names := exportbot_imports(script))]  # fmt: skip
     return pages, statuses, problems
+
+
+def exportbot_imports(script: str) -> list[str]:
+    """The exportbot modules (``exporters``, ``bot``) a script imports anywhere, by its syntax tree; [] when it
+    does not parse (its run says why)."""
+    try:
+        tree = ast.parse(script)
+    except SyntaxError:
+        return []
+    names = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    names += [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module and not node.level]
+    return sorted({name for name in names if name.split(".")[0] in ("exporters", "bot")})
