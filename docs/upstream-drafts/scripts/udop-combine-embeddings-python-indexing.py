@@ -15,13 +15,7 @@ config = transformers.UdopConfig.from_dict({
     'num_heads': 4,
     'relative_attention_num_buckets': 32,
     'relative_attention_max_distance': 128,
-    'relative_bias_args': [{
-        'type': '1d',
-    }, {
-        'type': 'horizontal',
-    }, {
-        'type': 'vertical',
-    }],
+    'relative_bias_args': [{'type': '1d'}, {'type': 'horizontal'}, {'type': 'vertical'}],
     'dropout_rate': 0.1,
     'layer_norm_epsilon': 1e-06,
     'initializer_factor': 1.0,
