@@ -137,3 +137,4 @@ def test_a_draft_that_imports_exportbot_is_a_problem_of_render_check():
     assert problems == ["docs/upstream-drafts/scripts/clean.py: names no ledger entry or registered workaround",
                         "docs/upstream-drafts/scripts/demo-entry.py imports exporters.executorch.symbolic: a draft "
                         "imports only the upstream stack (it runs where exportbot is not installed)"]  # fmt: skip
+
