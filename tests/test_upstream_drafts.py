@@ -138,3 +138,14 @@ def test_a_draft_that_imports_exportbot_is_a_problem_of_render_check():
                         "docs/upstream-drafts/scripts/demo-entry.py imports exporters.executorch.symbolic: a draft "
                         "imports only the upstream stack (it runs where exportbot is not installed)"]  # fmt: skip
 
+
+
+def test_a_crashed_probe_is_said_by_how_it_ended_not_by_its_progress_lines():
+    from bot.run.drafts import probe_cause
+
+    crashed = {"status": "crashed", "error": "killed by signal 8 (SIGFPE): [   0.0s] LongT5: importing executorch\n"
+                                             "[   1.7s] LongT5: building model",
+               "cause": "killed by signal 8 (SIGFPE): [   0.0s] LongT5: importing executorch"}  # fmt: skip
+    assert probe_cause(crashed) == "killed by signal 8 (SIGFPE)"
+    failed = {"status": "failed", "error": "RuntimeError: boom [1, 2]", "cause": "RuntimeError: boom [1, 2]"}
+    assert probe_cause(failed) == "RuntimeError: boom [1, 2]"

@@ -17,6 +17,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -332,9 +333,19 @@ def run_probe(
 
     outcome = subprocess_runner(timeout, without=[item.id])(export.model, export.backend, export.dynamic)
     error = (outcome.get("error") or "").strip()
-    cause = outcome.get("cause") or (first_error_line(outcome) if error else "")
-    return ProbeRun(outcome.get("command", ""), today().isoformat(), outcome.get("status", "?"), cause,
+    return ProbeRun(outcome.get("command", ""), today().isoformat(), outcome.get("status", "?"), probe_cause(outcome),
                     error[:3000], dict(outcome.get("versions") or {}))  # fmt: skip
+
+
+_PROGRESS = re.compile(r":\s+\[\s*\d+(?:\.\d+)?s\]")  # ": [  1.7s] Model: step", the export's progress on stderr
+
+
+def probe_cause(outcome: Mapping[str, Any]) -> str:
+    """The innermost error a probe recorded; for a crash, only how the process ended ("killed by signal 8
+    (SIGFPE)"): what follows it is the export's progress on stderr, which no standalone script repeats."""
+    error = (outcome.get("error") or "").strip()
+    cause = outcome.get("cause") or (first_error_line(outcome) if error else "")
+    return _PROGRESS.split(cause, maxsplit=1)[0]
 
 
 # ── Which drafts a change touched ──
