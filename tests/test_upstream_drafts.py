@@ -149,3 +149,13 @@ def test_a_crashed_probe_is_said_by_how_it_ended_not_by_its_progress_lines():
     assert probe_cause(crashed) == "killed by signal 8 (SIGFPE)"
     failed = {"status": "failed", "error": "RuntimeError: boom [1, 2]", "cause": "RuntimeError: boom [1, 2]"}
     assert probe_cause(failed) == "RuntimeError: boom [1, 2]"
+
+
+def test_a_script_that_prints_a_caught_error_is_not_stale():
+    script = ("from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode\ntry:\n"
+              "    raise GuardOnDataDependentSymNode('Could not guard on data-dependent expression u19 < 1')\n"
+              "except Exception as error:\n    print(f'{type(error).__name__}: {error}')\n")  # fmt: skip
+    run = run_script("demo-entry", script, EXPECTED, timeout=120)
+    assert run.exit_code == 0 and not run.matched
+    said = item_status(ITEM, script, None, DraftRecord(run), {"torch": run.versions["torch"]})
+    assert said.status == UNVERIFIED and "GuardOnDataDependentSymNode:" in said.reason

@@ -349,12 +349,13 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-_ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception|Violation)\w*:|\bFAILED\b|^\[stopped: timed out")
+_ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception|Violation|GuardOnDataDependent)\w*:|\bFAILED\b|^\[stopped: timed out")
 
 
 def shows_failure(run: ScriptRun) -> bool:
     """Whether a run showed a failure: a non-zero exit (a timeout included), or an error it caught and printed
-    (hand-written reproducers often run several cases and print each one's error)."""
+    (hand-written reproducers often run several cases and print each one's error; torch's data-dependent guard
+    errors are named ``GuardOnDataDependentSymNode``, without Error in the name)."""
     return run.failed or any(_ERROR_LINE.search(line) for line in strip_ansi(run.output).splitlines())
 
 
