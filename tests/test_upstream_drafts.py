@@ -18,7 +18,9 @@ from bot.audit.drafts import (
     STATUSES,
     UNVERIFIED,
     VERIFIED,
+    DraftNotes,
     DraftRecord,
+    ProbeRun,
     TrackedItem,
     item_status,
 )
@@ -159,3 +161,18 @@ def test_a_script_that_prints_a_caught_error_is_not_stale():
     assert run.exit_code == 0 and not run.matched
     said = item_status(ITEM, script, None, DraftRecord(run), {"torch": run.versions["torch"]})
     assert said.status == UNVERIFIED and "GuardOnDataDependentSymNode:" in said.reason
+
+
+def test_a_timed_out_probe_leaves_the_script_to_show_the_bug_but_a_probe_error_must_agree():
+    workaround = TrackedItem("_patch_demo", "workaround", "executorch", "torch", None, "demo", "exporters/x.py",
+                             "register_patch (executorch)", ("DemoModel",))  # fmt: skip
+    notes = DraftNotes(failure=EXPECTED)
+    run = run_script("_patch_demo", FAILING, EXPECTED, timeout=120)
+    pins = {"torch": run.versions["torch"]}
+    timed_out = ProbeRun("exportbot export DemoModel --without _patch_demo", run.ran_on, "timeout",
+                         "timed out after 240 s", "timed out after 240 s")  # fmt: skip
+    said = item_status(workaround, FAILING, notes, DraftRecord(run, timed_out), pins)
+    assert said.status == VERIFIED, said.reason
+    other = ProbeRun(timed_out.command, run.ran_on, "failed", "ValueError: another bug", "ValueError: another bug")
+    said = item_status(workaround, FAILING, notes, DraftRecord(run, other), pins)
+    assert said.status == UNVERIFIED and "does not match what its --without probe recorded" in said.reason

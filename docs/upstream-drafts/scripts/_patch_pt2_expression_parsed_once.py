@@ -35,3 +35,6 @@ total = time.perf_counter() - start
 print(f"torch.export.load: {total:.3f} s; sympy.sympify on text: {sum(texts.values())} calls, "
       f"{len(texts)} distinct texts, {seconds[0]:.3f} s ({seconds[0] / total:.0%} of the load)")
 print("most repeated:", texts.most_common(3))
+assert sum(texts.values()) == len(texts), (
+    f"torch.export.load parsed {len(texts)} distinct expression texts {sum(texts.values())} times "
+    f"(expected each text parsed once)")
