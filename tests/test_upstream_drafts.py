@@ -6,6 +6,7 @@ git."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from bot.audit.drafts import (
     DraftRecord,
     ProbeRun,
     TrackedItem,
+    cause_pattern,
     item_status,
 )
 from bot.cli.upstream import upstream_group
@@ -176,3 +178,12 @@ def test_a_timed_out_probe_leaves_the_script_to_show_the_bug_but_a_probe_error_m
     other = ProbeRun(timed_out.command, run.ran_on, "failed", "ValueError: another bug", "ValueError: another bug")
     said = item_status(workaround, FAILING, notes, DraftRecord(run, other), pins)
     assert said.status == UNVERIFIED and "does not match what its --without probe recorded" in said.reason
+
+
+def test_a_probe_cause_with_a_scratch_path_matches_the_same_error_at_another_path():
+    probe = ("Fail: [ONNXRuntimeError] : 1 : FAIL : Load model from /tmp/exportbot-rerun-ab_c/.out.staging-x1/model.onnx "
+             "failed:Node (node_squeeze) Op (Squeeze) [ShapeInferenceError] Dimension of input 2 must be 1 instead of 8")
+    script = ("onnxruntime.capi.onnxruntime_pybind11_state.Fail: [ONNXRuntimeError] : 1 : FAIL : Load model from "
+              "/tmp/tmpq9z/squeeze.onnx failed:Node (node_squeeze) Op (Squeeze) [ShapeInferenceError] Dimension of "
+              "input 2 must be 1 instead of 8")
+    assert re.search(cause_pattern(probe), script)

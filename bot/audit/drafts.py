@@ -228,17 +228,23 @@ def is_generated_script(text: str) -> bool:
 # ── What counts as the item's failure ──
 def cause_pattern(cause: str, limit: int = 100) -> str | None:
     """A regex for a probe's innermost error (``Type: message``): the start of the message, with whitespace,
-    numbers and shape symbols free (the standalone run has other sizes and symbol numbers)."""
+    numbers and shape symbols free (the standalone run has other sizes and symbol numbers), and any absolute path
+    free (the probe's scratch directory is not the script's; a path counts as one character of the limit)."""
     message = strip_ansi(cause).split(": ", 1)[-1].strip()
-    message = " ".join(message.split())[:limit].strip()
+    message = _ABSOLUTE_PATH.sub(_PATH_MARK, " ".join(message.split()))[:limit].strip()
     if not message:
         return None
     parts = []
-    for token in re.split(r"(\s+|\d+)", message):
+    for token in re.split(rf"(\s+|\d+|{_PATH_MARK})", message):
         if not token:
             continue
-        parts.append(r"\s+" if token.isspace() else r"\d+" if token.isdigit() else re.escape(token))
+        parts.append(r"\s+" if token.isspace() else r"\d+" if token.isdigit() else r"\S+" if token == _PATH_MARK
+                     else re.escape(token))  # fmt: skip
     return "".join(parts)
+
+
+_ABSOLUTE_PATH = re.compile(r"(?<![\w/])/[\w.-]+(?:/[\w.-]+)+")
+_PATH_MARK = "\x00"
 
 
 def expected_failure(item: TrackedItem, notes: DraftNotes | None, probe: ProbeRun | None) -> str | None:

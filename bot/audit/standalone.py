@@ -168,8 +168,14 @@ def _export_lines(spec: ScriptSpec) -> list[str]:
     ]
     if spec.backend == "onnx":
         opset = f", opset_version={spec.opset_version}" if spec.opset_version else ""
-        lines += [f"torch.onnx.export(program, (), kwargs=inputs, dynamo=True, optimize={spec.optimize}{opset})",
-                  'print("torch.onnx.export: OK")']  # fmt: skip
+        lines += [f"onnx_program = torch.onnx.export(program, (), kwargs=inputs, dynamo=True, "
+                  f"optimize={spec.optimize}{opset})",
+                  'print("torch.onnx.export: OK")',
+                  "# loaded from a file as exportbot checks it: ONNX Runtime's own checks fail some models here",
+                  f'path = Path(tempfile.mkdtemp()) / "{spec.item_id}.onnx"',
+                  "onnx_program.save(path)",
+                  'onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])',
+                  'print("onnxruntime load: OK")']  # fmt: skip
     elif spec.backend == "executorch":
         lines += ["edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])",
                   "edge.to_executorch()", 'print("to_edge_transform_and_lower + to_executorch (XNNPACK): OK")']  # fmt: skip
@@ -180,12 +186,14 @@ def render_script(spec: ScriptSpec) -> str:
     """The reproducer's source. Its first line says the bot generated it (bot.audit.drafts.is_generated_script),
     so ``exportbot upstream draft`` may write it again when the reproducer changes; a hand-written one it keeps."""
     imports = ["import torch", "import transformers"]
+    if spec.backend == "onnx":
+        imports = ["import tempfile", "from pathlib import Path", "", "import onnxruntime", *imports]
     if spec.dynamic_shapes is not None:
         imports.append("from torch.export import Dim")
     if spec.backend == "executorch":
         imports += ["from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner",
                     "from executorch.exir import to_edge_transform_and_lower"]  # fmt: skip
-    packages = "torch, transformers" + {"onnx": ", onnxscript (torch.onnx)", "executorch": ", executorch"}.get(
+    packages = "torch, transformers" + {"onnx": ", onnxscript (torch.onnx), onnxruntime", "executorch": ", executorch"}.get(
         spec.backend, "")
     inputs = [f"{_INDENT}{spec_input.name!r}: {_tensor(spec_input)}," for spec_input in spec.inputs]
     inputs += [f"{_INDENT}{name!r}: {literal(value)}," for name, value in spec.values.items()]

@@ -1,3 +1,6 @@
+import tempfile
+from pathlib import Path
+
 import onnxruntime as ort
 import torch
 
@@ -10,8 +13,7 @@ class Model(torch.nn.Module):
 logits = torch.randn(2, 4, 8, 16)
 onnx_program = torch.onnx.export(Model(), (logits,), dynamo=True, verbose=False)
 print([(node.op_type, node.inputs[1].const_value.numpy().tolist()) for node in onnx_program.model.graph])
-try:
-    ort.InferenceSession(onnx_program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    print("OK")
-except Exception as error:
-    print("FAILED:", str(error).splitlines()[0][-160:])
+path = Path(tempfile.mkdtemp()) / "squeeze.onnx"
+onnx_program.save(path)
+ort.InferenceSession(path, providers=["CPUExecutionProvider"])  # fails: Squeeze of a dim of size 8
+print("onnxruntime load: OK")
