@@ -8,5 +8,5 @@ class Model(torch.nn.Module):
 
 x = torch.randn(2, 8)
 print("eager:", [tuple(t.shape) for t in Model()(x)])
-torch.onnx.export(Model(), (x,), dynamo=True, verbose=False)  # fails: no translation of aten.cummin
+torch.onnx.export(Model().eval(), (x,), dynamo=True, verbose=False)  # fails: no translation of aten.cummin
 print("torch.onnx.export: OK")

@@ -12,7 +12,7 @@ class Model(torch.nn.Module):
 
 x = torch.randn(2, 4, 8, 16)
 print("eager:", tuple(Model()(x).shape))
-onnx_program = torch.onnx.export(Model(), (x,), dynamo=True, verbose=False)
+onnx_program = torch.onnx.export(Model().eval(), (x,), dynamo=True, verbose=False)
 path = Path(tempfile.mkdtemp()) / "squeeze_dims.onnx"
 onnx_program.save(path)
 (out,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})

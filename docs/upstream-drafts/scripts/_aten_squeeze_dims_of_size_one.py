@@ -11,7 +11,7 @@ class Model(torch.nn.Module):
 
 
 logits = torch.randn(2, 4, 8, 16)
-onnx_program = torch.onnx.export(Model(), (logits,), dynamo=True, verbose=False)
+onnx_program = torch.onnx.export(Model().eval(), (logits,), dynamo=True, verbose=False)
 print([(node.op_type, node.inputs[1].const_value.numpy().tolist()) for node in onnx_program.model.graph])
 path = Path(tempfile.mkdtemp()) / "squeeze.onnx"
 onnx_program.save(path)
