@@ -23,7 +23,9 @@ What it models:
   actor acting between the client's read and its write), so the client meets GitHub's real 409/422
   answers from the state, not injected ones;
 * issue search (``GET /search/issues``: ``repo:``, ``is:issue``/``is:pr``, ``in:title``/``in:body``,
-  ``label:``, ``state:``, words and quoted phrases, matched case-insensitively);
+  ``label:``, ``state:``, words and quoted phrases, matched case-insensitively), with its own budget as on
+  GitHub (``search_limit`` requests per ``search_window`` seconds, 30 a minute by default): past it, a ``403``
+  with ``retry-after`` (the seconds until the window frees a request) and ``x-ratelimit-resource: search``;
 * GraphQL (``POST /graphql``): the ``markPullRequestReadyForReview`` and ``convertPullRequestToDraft``
   mutations PyGithub sends, with GitHub's ``errors`` answers for unknown nodes and mutations;
 * empty repositories (``add_repo(..., files={}, empty=True)``): git data reads answer 409 "Git Repository
@@ -395,9 +397,14 @@ class FakeGitHub:
         login: str = "exportbot",
         rate_limit: int = 5000,
         issue_merged_at: bool = True,
+        search_limit: int = 30,
+        search_window: float = 60.0,
     ) -> None:
         """``issue_merged_at=False`` drops ``pull_request.merged_at`` from issue payloads, as older
-        GitHub Enterprise servers do, so clients must ask the pulls endpoint."""
+        GitHub Enterprise servers do, so clients must ask the pulls endpoint. ``search_limit`` searches are
+        answered per ``search_window`` seconds (a test shortens the window to stay fast)."""
+        self.search_limit, self.search_window = search_limit, search_window
+        self._searches: list[float] = []  # when the searches of the current window were answered
         self.web_url = web_url.rstrip("/")
         self.login = login
         self.rate_limit = rate_limit
@@ -685,6 +692,12 @@ class FakeGitHub:
             if counts and self.rate_remaining == 0:
                 error = _HttpError(403, _PRIMARY_LIMIT_MESSAGE)
                 return 403, headers, json.dumps(error.payload).encode()
+            if entry.path == "/search/issues":
+                wait = self._search_wait()
+                if wait is not None:
+                    error = _HttpError(403, _SECONDARY_LIMIT_MESSAGE)
+                    limited = {"retry-after": str(wait), "x-ratelimit-resource": "search"}
+                    return 403, {**headers, **limited}, json.dumps(error.payload).encode()
             status, payload, extra = self._route(entry, raw)
             body = b"" if payload is None else json.dumps(payload).encode()
             if entry.method == "GET" and status == 200:
@@ -694,6 +707,16 @@ class FakeGitHub:
                     return 304, {**headers, **self._rate_headers()}, b""
             self.rate_used += int(counts)
             return status, {**headers, **self._rate_headers(), **extra}, body
+
+    def _search_wait(self) -> int | None:
+        """None when one more search fits the search budget (and it is counted), else the whole seconds until
+        the oldest search of the window leaves it (GitHub's ``retry-after``)."""
+        now = time.monotonic()
+        self._searches = [t for t in self._searches if now - t < self.search_window]
+        if len(self._searches) >= self.search_limit:
+            return max(math.ceil(self.search_window - (now - self._searches[0])), 1)
+        self._searches.append(now)
+        return None
 
     def _route(self, entry: LoggedRequest, raw: bytes) -> tuple[int, Any, dict[str, str]]:
         allowed = False

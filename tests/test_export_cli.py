@@ -435,3 +435,15 @@ def test_hub_id_offline_or_unreachable_is_one_line(tmp_path: Path, env, message)
     assert completed.returncode == 2
     assert message in completed.stderr and len(completed.stderr.strip().splitlines()) == 1, completed.stderr
     assert time.monotonic() - started < 60  # no retry loop against a network that is down
+
+
+def test_a_narrower_backends_workaround_can_be_left_out_of_its_exports():
+    """--without of a workaround registered for executorch.xnnpack.dynamic or dynamo.pt2-load (the probes of
+    their drafts and of the audit) was refused as "not of --backend executorch --et-backend xnnpack"."""
+    from bot.cli.export_checks import applies_to
+
+    assert applies_to("executorch.xnnpack.dynamic", "executorch", "xnnpack")
+    assert applies_to("executorch.xnnpack", "executorch", "xnnpack") and applies_to("executorch", "executorch", "xnnpack")
+    assert applies_to("dynamo.pt2-load", "onnx", "xnnpack") and applies_to("dynamo", "executorch", "portable")
+    assert not applies_to("executorch.xnnpack.dynamic", "executorch", "portable")
+    assert not applies_to("onnx", "executorch", "xnnpack") and not applies_to("executorch", "onnx", "xnnpack")

@@ -279,10 +279,10 @@ def test_bad_input_with_json_is_one_line_on_stderr_and_nothing_on_stdout(bisect_
 
 # ── every command ──
 PRINTS_A_TABLE = {"export", "list-workarounds", "audit", "sweep run", "sweep triage", "sweep coverage", "pr", "bisect",
-                  "generate", "watch"}  # fmt: skip
+                  "generate", "watch", "upstream status", "upstream find"}  # fmt: skip
 # messages, no table (pin-check run writes its JSON result to --out: the artifact the publish job reads)
 PRINTS_LINES = {"lint", "sweep merge", "workarounds index", "workarounds remove", "pin-check run", "pin-check publish",
-                "tiny-checkpoint"}
+                "tiny-checkpoint", "upstream draft", "upstream verify", "upstream render", "upstream link"}
 
 
 def test_every_command_that_prints_a_table_takes_json() -> None:

@@ -8,7 +8,6 @@ import pytest
 import transformers
 from click.testing import CliRunner
 
-import bot.cli.lint as lint_module
 import exporters
 from bot.cli.lint import LintMessage, lint, lint_command
 from exporters import utils
@@ -346,7 +345,9 @@ def test_reproducer_that_fails_in_eager_is_an_error(tmp_path: Path) -> None:
 
 
 def test_checked_in_registry_is_clean() -> None:
-    assert lint(default_registry_dir(), check_workarounds=False) == []
+    assert lint(default_registry_dir(), check_workarounds=False, check_tracking=False) == []
+    tracking = lint(default_registry_dir(), check_classes=False, check_workarounds=False)
+    assert [m for m in tracking if m.severity == "error"] == []  # every entry is linked, drafted or known
 
 
 # ── Workarounds ──
@@ -390,26 +391,47 @@ def test_workaround_rules(tmp_path: Path) -> None:
     assert rendered(messages) == [
         f"tests/test_lint.py:{def_line('broken_factory')}: workaround 'broken_factory' (onnx): patch target "
         "'json.no_such_function_for_lint' does not resolve: module 'json' has no attribute 'no_such_function_for_lint'",
-        f"tests/test_lint.py:{def_line('untracked_factory')}: warning: workaround 'untracked_factory' (patch, dynamo) "
-        "has no upstream issue URL, so the bot cannot tell when it may go; and no draft in upstream-drafts/",
-    ]
-    assert [m.severity for m in messages] == ["error", "warning"]
+    ]  # a scratch registry has no upstream drafts beside it: where items stand upstream is not judged
+    assert [m.severity for m in messages] == ["error"]
+
+
+def checkout(tmp_path: Path) -> tuple[Path, Path]:
+    """A registry with one linked entry (odo-a) and one without upstream (skip-a), and the drafts beside it,
+    where the workaround ``untracked_factory`` is listed as known to have nothing."""
+    directory = tmp_path / "registry"
+    directory.mkdir()
+    registry(directory, block(ODO_KEYS), block(SKIP_KEYS))
+    drafts = tmp_path / "docs" / "upstream-drafts"
+    (drafts / "scripts").mkdir(parents=True)
+    (drafts / "known-untracked.txt").write_text("# had nothing when the rule came in\nuntracked_factory\n")
+    return directory, drafts
 
 
 @pytest.mark.usefixtures("fresh_workarounds")
-def test_workaround_without_upstream_names_its_draft(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    drafts = tmp_path / "upstream-drafts"
-    drafts.mkdir()
-    (drafts / "untracked_factory.md").write_text("# title\n")
-    (drafts / "shared.md").write_text("# title\n")
-    (drafts / "README.md").write_text("| [`shared.md`](shared.md) (also `tracked_factory`) | repo | file |\n")
-    monkeypatch.setattr(lint_module, "UPSTREAM_DRAFTS", drafts)
+def test_an_item_with_nothing_upstream_fails_only_when_it_is_new(tmp_path: Path) -> None:
     utils.register_patch("dynamo", "json.dumps")(untracked_factory)
-    utils.register_patch("dynamo", "json.loads")(tracked_factory)
-    utils.register_patch("dynamo", "json.load")(broken_factory)
-    warnings = [m.message.split("; ", 1)[1] for m in lint(registry(tmp_path), check_classes=False)]
-    assert warnings == [f"a draft to file is {drafts / 'untracked_factory.md'}",
-                        f"a draft to file is {drafts / 'shared.md'}", "and no draft in upstream-drafts/"]
+    utils.register_patch("dynamo", "json.loads", upstream="https://github.com/pytorch/pytorch/issues/1")(
+        tracked_factory
+    )
+    directory, drafts = checkout(tmp_path)
+    messages = lint(directory, check_classes=False)
+    assert [(m.severity, m.message.split(" has ")[0]) for m in messages] == [
+        ("error", "entry 'skip-a' (EXPORT_SKIPS entry (onnx, scope all))"),  # new, neither link nor draft
+        ("warning", "workaround 'untracked_factory' (patch (dynamo))"),  # listed in known-untracked.txt
+    ], [(m.severity, m.message) for m in messages]
+    assert "run `exportbot upstream draft skip-a` or `exportbot upstream link skip-a URL`" in messages[0].message
+
+    (drafts / "scripts" / "skip-a.py").write_text("import torch\nraise RuntimeError('boom')\n")
+    after = lint(directory, check_classes=False)
+    assert [(m.severity, m.message.split(" has ")[0].split(": ")[0]) for m in after] == [
+        ("warning", "entry 'skip-a' (EXPORT_SKIPS entry (onnx, scope all))"),  # drafted: no longer an error
+        ("warning", "workaround 'untracked_factory' (patch (dynamo))"),
+    ], [(m.severity, m.message) for m in after]
+    assert "unverified upstream draft: its script was never run" in after[0].message
+
+    code, lines = invoke("--registry", str(directory), "--no-classes")
+    assert code == 0 and lines[-1] == ("lint: 0 errors, 2 warnings; upstream: linked 2, verified 0, unverified 1, "
+                                       "stale 0, nothing 1")  # fmt: skip
 
 
 def test_exporter_import_failure_points_at_failing_line(
@@ -460,15 +482,14 @@ def test_command_missing_directory_exits_2(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("fresh_workarounds")
 def test_command_warnings_do_not_fail(tmp_path: Path) -> None:
+    directory, _ = checkout(tmp_path)
     utils.register_patch("dynamo", "json.dumps")(untracked_factory)
-    utils.register_patch("dynamo", "json.loads", upstream="https://github.com/pytorch/pytorch/issues/1")(
-        tracked_factory
-    )
-    code, lines = invoke("--registry", str(registry(tmp_path)), "--no-classes")
-    assert code == 0
-    assert lines[-1] == ("lint: 0 errors, 1 warning; 1 of 2 registered workarounds have no upstream URL "
-                         "(0 with a draft to file)")
-    assert len(lines) == 2 and ": warning: workaround 'untracked_factory'" in lines[0]
+    code, lines = invoke("--registry", str(directory), "--no-classes")
+    assert code == 1  # skip-a: a new item with nothing upstream
+    (tmp_path / "docs" / "upstream-drafts" / "known-untracked.txt").write_text("untracked_factory\nskip-a\n")
+    code, lines = invoke("--registry", str(directory), "--no-classes")
+    assert code == 0 and lines[-1].startswith("lint: 0 errors, 2 warnings; upstream: linked 1, ")
+    assert len(lines) == 3 and all(": warning: " in line for line in lines[:2])
 
 
 def test_a_timeout_failure_needs_its_own_budget(tmp_path: Path) -> None:

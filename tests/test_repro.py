@@ -255,3 +255,5 @@ def test_init_rules_reinitialise_the_named_modules_only(tmp_path: Path) -> None:
 def test_budget_is_read_as_seconds(tmp_path: Path) -> None:
     loaded = load_ledger(registry(tmp_path, entry("[entry.repro]\nbudget_s = 60\n"))).by_id("e")
     assert loaded.repro.budget_s == 60.0 and isinstance(loaded.repro.budget_s, float)
+    # a budget alone changes nothing the model is built from: it is the default tiny model (said so in a draft's header)
+    assert build_reproducer(loaded, "ViTModel").source == "default tiny model"

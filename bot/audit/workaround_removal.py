@@ -1,4 +1,5 @@
-"""Delete a workaround that the audit proved unnecessary from its source file, as a syntax-tree edit.
+"""Edit a workaround's registration in its source file as a syntax tree: delete one the audit proved unnecessary,
+or give it its ``upstream=`` link (:func:`set_workaround_upstream`, the shrink PR's links section).
 
 Why libcst and not text surgery or ``ast``: the edit must find the function, its decorators and any
 standalone registration statement exactly (decorators spanning lines, comments between them), and the
@@ -197,3 +198,57 @@ def removal_blocker(func: object, name: str, root: Path = REPO_ROOT) -> str | No
     except NotSelfContained as refused:
         return str(refused)
     return None
+
+
+# ── Linking a workaround to its upstream issue ──
+def _with_upstream(call: cst.Call, url: str, replace: bool) -> cst.Call:
+    """``call`` with ``upstream=url``: the keyword's value replaced where it is given (only with ``replace``), else
+    the keyword added before ``dependency=`` (the registration order of the keywords) or last, in the call's own
+    layout."""
+    value = cst.SimpleString(repr(url) if '"' in url else f'"{url}"')
+    args = list(call.args)
+    for i, arg in enumerate(args):
+        if arg.keyword is not None and arg.keyword.value == "upstream":
+            if not replace and not (isinstance(arg.value, cst.Name) and arg.value.value == "None"):
+                raise ValueError(f"it already links {cst.Module([]).code_for_node(arg.value)}")
+            args[i] = arg.with_changes(value=value)
+            return call.with_changes(args=args)
+    at = next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value == "dependency"), len(args))
+    before = args[at - 1] if at > 0 else None
+    spacing = (before.comma.whitespace_after if before is not None and isinstance(before.comma, cst.Comma)
+               else cst.SimpleWhitespace(" "))  # fmt: skip
+    new = cst.Arg(value=value, keyword=cst.Name("upstream"),
+                  equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))  # fmt: skip
+    if at < len(args):
+        new = new.with_changes(comma=cst.Comma(whitespace_after=spacing))
+    elif before is not None:
+        if isinstance(before.comma, cst.Comma):  # a trailing comma stays the last argument's
+            new = new.with_changes(comma=before.comma)
+        args[at - 1] = before.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    args.insert(at, new)
+    return call.with_changes(args=args)
+
+
+def set_workaround_upstream(text: str, name: str, url: str, where: str = "<source>", *, replace: bool = False) -> str:
+    """``text`` with ``upstream=url`` in the registration decorator of workaround ``name`` (pure): one syntax-tree
+    edit of that call; every line outside the decorator stays as it was. ``ValueError`` when ``name`` has no
+    top-level function registered by a decorator, or (unless ``replace``) already links an issue."""
+    module = cst.parse_module(text)
+    for index, statement in enumerate(module.body):
+        if not (isinstance(statement, cst.FunctionDef) and statement.name.value == name):
+            continue
+        for d, decorator in enumerate(statement.decorators):
+            call = decorator.decorator
+            if isinstance(call, cst.Call) and _is_registration(_callee_name(call)):
+                decorators = list(statement.decorators)
+                try:
+                    decorators[d] = decorator.with_changes(decorator=_with_upstream(call, url, replace))
+                except ValueError as error:
+                    raise ValueError(f"{where}: {name!r}: {error}") from None
+                body = list(module.body)
+                body[index] = statement.with_changes(decorators=decorators)
+                edited = module.with_changes(body=body).code
+                ast.parse(edited)
+                return edited
+        raise ValueError(f"{where}: {name!r} has no registration decorator to carry upstream=")
+    raise ValueError(f"{where}: no top-level function named {name!r}")

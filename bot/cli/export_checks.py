@@ -95,9 +95,18 @@ def check_without(names: tuple[str, ...], backend: str, et_backend: str) -> None
             raise UsageProblem(f"no workaround named {name!r}{did_you_mean(name, registered)} "
                                "(see `exportbot list-workarounds`)")
         owner = registered[name].backend
-        if owner not in ("dynamo", backend, f"{backend}.{et_backend}"):
+        if not applies_to(owner, backend, et_backend):
             raise UsageProblem(f"--without {name}: a workaround of {owner}, not of --backend {backend}"
                                + (f" --et-backend {et_backend}" if backend == "executorch" else ""))
+
+
+def applies_to(owner: str, backend: str, et_backend: str) -> bool:
+    """Whether a workaround registered for ``owner`` can fire in an export through ``backend``: Dynamo's
+    (``dynamo``, and its narrower ``dynamo.pt2-load``, ``dynamo.second-shape``) in every export, a backend's own,
+    and an ExecuTorch partitioner's (``executorch.xnnpack``, narrowed to ``executorch.xnnpack.dynamic``) with
+    that partitioner."""
+    narrow = f"{backend}.{et_backend}" if backend == "executorch" else backend
+    return owner == backend or any(owner == scope or owner.startswith(f"{scope}.") for scope in ("dynamo", narrow))
 
 
 def check_model(model: str, task: str | None) -> None:

@@ -55,6 +55,11 @@ EXAMPLES: dict[str, list[str]] = {
         "exportbot workarounds index --out docs/workaround-index.md",
         "exportbot workarounds index sweeps/catalogue/onnx-*-shard-*-of-8.jsonl --out onnx-index.md",
     ],
+    "upstream": [
+        "exportbot upstream status",
+        "exportbot upstream draft udop-combine-embeddings-python-indexing",
+        "exportbot upstream verify --changed origin/main",
+    ],
     "workarounds remove": [
         "exportbot workarounds remove _fix_rsub_scalar --dry-run",
         "exportbot workarounds remove _fix_rsub_scalar",

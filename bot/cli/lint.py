@@ -3,7 +3,9 @@
 The bot removes ledger entries automatically, which is only safe when every entry is well formed, names
 classes that exist, points at one upstream bug and does not overlap another entry. Registered workarounds
 are checked in the same run: a patch target that no longer resolves would turn a workaround into an
-error at export time, and a workaround without an upstream URL can never be retired by the bot.
+error at export time. And every entry and workaround is tracked upstream: one with neither an upstream URL nor
+a standalone draft can never be retired by the bot (an error for a new one, a warning for those listed in
+docs/upstream-drafts/known-untracked.txt), and an unverified or stale draft is a warning.
 """
 
 from __future__ import annotations
@@ -19,6 +21,22 @@ from typing import Any, Literal
 import click
 
 import exporters
+from bot.audit.drafts import (
+    DRAFTS_DIR,
+    ENTRY,
+    KNOWN_UNTRACKED,
+    NOTHING,
+    STALE,
+    UNVERIFIED,
+    ItemStatus,
+    TrackedItem,
+    counts,
+    entry_item,
+    item_status,
+    parse_known_untracked,
+    workaround_item,
+)
+from bot.audit.pins import PinFileError, find_pin_file, read_pins
 from bot.errors import EXIT_FAILED, EXIT_OK, UsageProblem, report_errors
 from bot.sweep.records import is_timeout_failure
 from exporters.ledger import LedgerEntry, check_ledger, default_registry_dir
@@ -184,40 +202,8 @@ def _source(workaround: Workaround) -> tuple[Path, int]:
         return Path(workaround.func.__module__), 1
 
 
-def _without_upstream() -> list[Workaround]:
-    return [workaround for workaround in all_workarounds() if not workaround.upstream]
-
-
-UPSTREAM_DRAFTS = Path(__file__).resolve().parents[2] / "docs" / "upstream-drafts"
-
-
-def upstream_draft(workaround: Workaround) -> Path | None:
-    """The ready-to-file issue draft for a workaround without ``upstream`` (docs/upstream-drafts/README.md):
-    ``<name>.md``, or the draft whose index row names the workaround (``_aten_cummax.md`` also covers
-    ``_aten_cummin``). A maintainer files the drafts; a workaround with neither URL nor draft is the one that
-    still needs someone to find or write its upstream report."""
-    own = UPSTREAM_DRAFTS / f"{workaround.name}.md"
-    if own.is_file():
-        return own
-    index = UPSTREAM_DRAFTS / "README.md"
-    rows = index.read_text().splitlines() if index.is_file() else []
-    for row in rows:
-        if f"`{workaround.name}`" in row and "](" in row:
-            linked = UPSTREAM_DRAFTS / row.split("](", 1)[1].split(")", 1)[0]
-            if linked.is_file():
-                return linked
-    return None
-
-
-def _draft_display(draft: Path) -> str:
-    try:
-        return str(draft.relative_to(Path.cwd()))
-    except ValueError:
-        return str(draft)
-
-
 def _workaround_messages() -> list[LintMessage]:
-    """Errors for patch targets that do not resolve; a warning per workaround without ``upstream``."""
+    """Errors for patch targets that do not resolve (and for exporter modules that do not import)."""
     messages = _import_exporter_modules()
     for workaround, target, error in unresolved_targets():
         path, line = _source(workaround)
@@ -229,29 +215,77 @@ def _workaround_messages() -> list[LintMessage]:
                 f"workaround {workaround.name!r} ({workaround.backend}): patch target {target!r} does not resolve: {error}",
             )
         )
-    for workaround in _without_upstream():
-        path, line = _source(workaround)
-        draft = upstream_draft(workaround)
-        where = f"a draft to file is {_draft_display(draft)}" if draft else f"and no draft in {UPSTREAM_DRAFTS.name}/"
-        messages.append(
-            LintMessage(
-                path,
-                line,
-                "warning",
-                f"workaround {workaround.name!r} ({workaround.kind}, {workaround.backend}) has no upstream "
-                f"issue URL, so the bot cannot tell when it may go; {where}",
-            )
-        )
     return messages
 
 
+# ── Tracked upstream: linked, verified draft, unverified draft, stale, nothing ──
+def _tracked(entries: Iterable[LedgerEntry], workarounds: Iterable[Workaround]) -> list[tuple[TrackedItem, Path, int]]:
+    """Each entry and workaround as an item tracked upstream, with the line a message about it points at."""
+    found = [(entry_item(entry, str(_display(entry.path))), _display(entry.path), entry.line) for entry in entries]
+    for workaround in workarounds:
+        path, line = _source(workaround)
+        found.append((workaround_item(workaround, str(path)), path, line))
+    return found
+
+
+def tracking_statuses(
+    entries: Iterable[LedgerEntry], workarounds: Iterable[Workaround], registry_dir: Path, drafts_dir: Path
+) -> list[tuple[ItemStatus, Path, int]]:
+    """Where each item stands upstream (bot.audit.drafts.item_status over the committed drafts), and its line."""
+    from bot.run.drafts import read_drafts
+
+    files = read_drafts(drafts_dir)
+    try:
+        pins = read_pins(find_pin_file(registry_dir))
+    except PinFileError:
+        pins = {}  # a scratch registry without constraints.txt: no run is compared with pins
+    return [(item_status(item, files.scripts.get(item.id), files.notes.get(item.id), files.runs.get(item.id), pins,
+                         str(drafts_dir / f"{item.id}.md")), path, line)
+            for item, path, line in _tracked(entries, workarounds)]  # fmt: skip
+
+
+def known_untracked(drafts_dir: Path) -> set[str]:
+    path = drafts_dir / KNOWN_UNTRACKED
+    return parse_known_untracked(path.read_text(encoding="utf-8")) if path.is_file() else set()
+
+
+def _tracking_messages(statuses: Iterable[tuple[ItemStatus, Path, int]], known: set[str]) -> list[LintMessage]:
+    """Per item without an upstream issue: nothing (an error for an item not listed in known-untracked.txt, a
+    warning for one listed there, which had nothing when the rule came in), an unverified or a stale draft
+    (warnings). Linked and verified items: no message (the summary line counts them)."""
+    messages = []
+    for status, path, line in statuses:
+        item = status.item
+        what = f"{'entry' if item.kind == ENTRY else 'workaround'} {item.id!r} ({item.detail})"
+        if status.status == NOTHING:
+            new = item.id not in known
+            messages.append(LintMessage(path, line, "error" if new else "warning",
+                                        f"{what} has no upstream issue and no draft, so the bot cannot tell when it may "
+                                        f"go; {'a new item needs one: ' if new else ''}run `exportbot upstream draft "
+                                        f"{item.id}` or `exportbot upstream link {item.id} URL`"))  # fmt: skip
+        elif status.status in (UNVERIFIED, STALE):
+            messages.append(LintMessage(path, line, "warning", f"{what}: {status.status} upstream draft: {status.reason}"))
+    return messages
+
+
+def drafts_beside(registry_dir: Path) -> Path | None:
+    """The upstream drafts of the checkout that holds ``registry_dir`` (``docs/upstream-drafts`` next to it), or
+    None: a ledger directory outside a checkout (a scratch copy) has no drafts to judge its items by."""
+    candidate = Path(registry_dir).absolute().parent / DRAFTS_DIR.relative_to(DRAFTS_DIR.parents[1])
+    return candidate if candidate.is_dir() else None
+
+
 def lint(
-    registry_dir: Path, *, check_classes: bool = True, check_workarounds: bool = True
-) -> list[LintMessage]:
-    """Every problem in the ledger under ``registry_dir`` and, optionally, in the workaround registry.
+    registry_dir: Path, *, check_classes: bool = True, check_workarounds: bool = True, check_tracking: bool = True,
+    drafts_dir: Path | None = None,
+) -> list[LintMessage]:  # fmt: skip
+    """Every problem in the ledger under ``registry_dir`` and, optionally, in the workaround registry, and where
+    each entry (and workaround) stands upstream.
 
     ``check_classes`` imports transformers model modules and builds and runs every entry's reproducer in
-    eager; ``check_workarounds`` imports every exporter; both take seconds, so callers that only edited TOML may turn them off.
+    eager; ``check_workarounds`` imports every exporter; both take seconds, so callers that only edited TOML may
+    turn them off. ``check_tracking`` judges every item against the upstream drafts (``drafts_dir``, default
+    :func:`drafts_beside` the registry; none there: not judged).
     """
     entries, problems = check_ledger(Path(registry_dir))
     messages = [LintMessage(p.path, p.line, "error", p.message) for p in problems]
@@ -261,6 +295,11 @@ def lint(
         messages += _reproducer_messages(entries)
     if check_workarounds:
         messages += _workaround_messages()
+    drafts_dir = drafts_dir or drafts_beside(registry_dir)
+    if check_tracking and drafts_dir is not None:
+        workarounds = all_workarounds() if check_workarounds else []
+        messages += _tracking_messages(tracking_statuses(entries, workarounds, Path(registry_dir), drafts_dir),
+                                       known_untracked(drafts_dir))  # fmt: skip
     return messages
 
 
@@ -302,10 +341,10 @@ def lint_command(registry_dir: Path | None, check_classes: bool, check_workaroun
         click.echo(str(message))
     errors = sum(message.severity == "error" for message in messages)
     summary = f"lint: {_plural(errors, 'error')}, {_plural(len(messages) - errors, 'warning')}"
-    if check_workarounds:
-        untracked = _without_upstream()
-        drafted = sum(upstream_draft(workaround) is not None for workaround in untracked)
-        summary += (f"; {len(untracked)} of {len(all_workarounds())} registered workarounds have no upstream URL"
-                    f" ({drafted} with a draft to file)")
+    drafts_dir = drafts_beside(directory)
+    if drafts_dir is not None:
+        entries, _ = check_ledger(directory)
+        statuses = tracking_statuses(entries, all_workarounds() if check_workarounds else [], directory, drafts_dir)
+        summary += "; upstream: " + ", ".join(f"{name} {n}" for name, n in counts(s for s, _, _ in statuses).items())
     click.echo(summary)
     click.get_current_context().exit(EXIT_FAILED if errors else EXIT_OK)

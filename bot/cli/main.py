@@ -317,6 +317,7 @@ def _register_subcommands() -> None:
     from bot.cli.lint import lint_command
     from bot.cli.pr import pr_command
     from bot.cli.sweep import sweep_group
+    from bot.cli.upstream import upstream_group
     from bot.cli.watch import pin_check_group, watch_command
     from bot.cli.workarounds import workarounds_group
 
@@ -329,6 +330,7 @@ def _register_subcommands() -> None:
     main.add_command(generate_command)
     main.add_command(watch_command)
     main.add_command(pin_check_group)
+    main.add_command(upstream_group)
     attach_examples(main)
 
 

@@ -151,6 +151,16 @@ def _load(config_file: Path | None, repository: str | None) -> tuple[BotConfig, 
     return config, root
 
 
+def _upstream_inputs(config: BotConfig) -> Any:
+    """The checkout's items for the dashboard's upstream section and the links ticked there (only with a
+    dashboard: that is where links are asked for)."""
+    if not config.dashboard:
+        return None
+    from bot.run.tracking import upstream_inputs
+
+    return upstream_inputs(config.registry)
+
+
 def run_pr(
     report: Mapping[str, Any], *, apply: bool | None, github_url: str | None = None,
     token_env: str | None = None, repository: str | None = None, config_file: Path | None = None,
@@ -166,9 +176,10 @@ def run_pr(
     apply_now = False if local else should_apply(apply, token is not None)
     try:
         if local or (not apply_now and config.repository is None):
-            outcome = plan_locally(report, config, root)
+            outcome = plan_locally(report, config, root, _upstream_inputs(config))
         else:
-            outcome = open_or_update_pr(report, config, make_github(github_url, token), apply_now, recreate=recreate)
+            outcome = open_or_update_pr(report, config, make_github(github_url, token), apply_now, recreate=recreate,
+                                        upstream=_upstream_inputs(config))  # fmt: skip
     except (ConfigError, ReportError) as error:
         raise UsageProblem(str(error)) from None
     except ShrinkStopped as stop:

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bot.audit.candidates import Candidate
+from bot.audit.drafts import new_issue_url
 from bot.audit.pins import BACKEND_STACK, normalize_name
 from bot.audit.report import covers, is_complete
 from bot.audit.verdict import NEEDS_HUMAN, NOT_DUE, STILL_NEEDED, UNKNOWN
@@ -191,16 +193,22 @@ def dashboard_body(
     pr_links: Mapping[str, str],
     by_hand: Mapping[str, str] | None = None,
     previous_body: str | None = None,
+    tracking: TrackingView | None = None,
 ) -> str:
     """The dashboard issue: every audited entry, what upstream says, when it was last re-run, the verdict
     and the shrink PR; above the table, what needs a human (reverse direction, changed, human, and
     removable workarounds that must be deleted by hand). ``by_hand``: workaround id → why.
-    ``previous_body``: the dashboard as it stands, whose rows this report does not cover are kept."""
+    ``previous_body``: the dashboard as it stands, whose rows this report does not cover are kept.
+    ``tracking``: the items without an upstream issue (None: that section stays as it stands)."""
     fresh = dashboard_rows(report, ledger, verification, by_hand)
     rows = merge_dashboard_rows(report, fresh, parse_dashboard_rows(previous_body), ledger)
     entries = [r for r in rows if r.kind == "entries"]
     workarounds = [r for r in rows if r.kind == "workarounds"]
     attention = [line for r in rows for line in r.attention]
+    if tracking is not None:
+        attention += [f"- `{r.id}`: stale upstream draft: {_cell(r.reason)}" for r in tracking.rows if r.status == "stale"]
+        attention += [f"- `{c.id}`: ticked link {c.url} not proposed: {_cell(c.note)}" for c in tracking.checks
+                      if not c.accepted]  # fmt: skip
     partial = " (partial: rate limited)" if report.get("partial") else ""
     when = report.get("generated_at", "unknown")
     if is_complete(report, "entries"):
@@ -235,17 +243,25 @@ def dashboard_body(
         lines.append(f"| `{row.id}` | {' | '.join(row.cells)} | {link} |")
     block = json.dumps([r.as_json() for r in rows], sort_keys=True, ensure_ascii=True, separators=(",", ":"))
     safe = block.replace("<", "\\u003c").replace(">", "\\u003e")
-    lines += [*bump_section(previous_body), "", f"<!-- exportbot:dashboard-rows {safe} -->"]
+    section = (previous_upstream_section(previous_body) if tracking is None else
+               upstream_section(tracking.rows, previous_body, tracking.repository, tracking.branch, tracking.checks))  # fmt: skip
+    lines += [*section, *bump_section(previous_body), "", f"<!-- exportbot:dashboard-rows {safe} -->"]
     return "\n".join(lines) + "\n"
+
+
+def kept_section(body: str | None, start_marker: str, end_marker: str) -> list[str]:
+    """The section of a dashboard body between two markers, as it stands (blank line first), or [] when it has
+    none: what a run that does not rewrite that section keeps."""
+    text = body or ""
+    start, end = text.find(start_marker), text.find(end_marker)
+    if start == -1 or end < start:
+        return []
+    return ["", *text[start : end + len(end_marker)].splitlines()]
 
 
 def bump_section(body: str | None) -> list[str]:
     """The dependency-bump section of a dashboard body (blank line first), or [] when it has none."""
-    text = body or ""
-    start, end = text.find(BUMPS_START), text.find(BUMPS_END)
-    if start == -1 or end < start:
-        return []
-    return ["", *text[start : end + len(BUMPS_END)].splitlines()]
+    return kept_section(body, BUMPS_START, BUMPS_END)
 
 
 def with_bump_row(body: str, group: str, line: str | None) -> str:
@@ -263,3 +279,135 @@ def with_bump_row(body: str, group: str, line: str | None) -> str:
     at = body.find("<!-- exportbot:dashboard-rows ")
     head, tail = (body[:at].rstrip("\n"), "\n\n" + body[at:]) if at != -1 else (body.rstrip("\n"), "\n")
     return head + "\n" + "\n".join(new) + tail
+
+
+# ── Items not tracked upstream: drafts, one-click filing, candidates to tick ──
+UPSTREAM_START, UPSTREAM_END = "<!-- exportbot:upstream -->", "<!-- exportbot:upstream-end -->"
+_LINK_LINE = re.compile(r"^[ \t]*- \[([ xX])\] <!-- exportbot:link (\S+) (\S+) -->", re.MULTILINE)
+URL_BUDGET = 30_000  # characters of prefilled new-issue URLs in one dashboard (GitHub caps a body at 65,536)
+
+
+@dataclass(frozen=True)
+class TrackingRow:
+    """One item without an upstream issue, as the dashboard shows it (built by bot.cli.upstream.tracking_rows)."""
+
+    id: str
+    kind: str  # "entry" | "workaround"
+    detail: str
+    status: str  # bot.audit.drafts: verified, unverified, stale, nothing
+    reason: str
+    repository: str | None
+    draft: str | None = None  # repository path of the draft page
+    title: str | None = None
+    body: str | None = None  # the issue body a prefilled new-issue URL carries
+    candidates: tuple[Candidate, ...] = ()
+
+
+@dataclass(frozen=True)
+class TrackingView:
+    """What the dashboard's upstream section shows: the rows, this run's link checks, where drafts are linked."""
+
+    rows: tuple[TrackingRow, ...]
+    repository: str | None  # owner/name the draft links point into
+    branch: str
+    checks: tuple[LinkCheck, ...] = ()
+
+
+@dataclass(frozen=True)
+class LinkCheck:
+    """A link a maintainer asked for (a ticked candidate, ``exportbot upstream link``) and what GitHub said."""
+
+    id: str
+    url: str
+    accepted: bool
+    note: str  # accepted: "open issue: TITLE"; refused: why
+    title: str = ""
+    state: str = ""
+    kind: str = ""  # "issue" | "pull"
+
+
+def ticked_links(body: str | None) -> list[tuple[str, str]]:
+    """(item id, URL) of every ticked link line of a dashboard body, in order, each once."""
+    found = [(m.group(2), m.group(3)) for m in _LINK_LINE.finditer(body or "") if m.group(1) in "xX"]
+    return list(dict.fromkeys(found))
+
+
+def with_link_request(body: str, item_id: str, url: str, note: str) -> str:
+    """``body`` with the link line of (item, URL) ticked, added under the upstream section when missing (``exportbot
+    upstream link``): the next run of ``exportbot pr`` checks and proposes it. Every other byte kept."""
+    for match in _LINK_LINE.finditer(body):
+        if (match.group(2), match.group(3)) == (item_id, url):
+            start = match.start(1)
+            return body[:start] + "x" + body[start + 1 :]
+    line = f"- [x] <!-- exportbot:link {item_id} {url} --> `{item_id}` → {url} ({note})"
+    end = body.find(UPSTREAM_END)
+    if end == -1:
+        at = body.find("<!-- exportbot:dashboard-rows ")
+        head, tail = (body[:at].rstrip("\n"), "\n\n" + body[at:]) if at != -1 else (body.rstrip("\n"), "\n")
+        return f"{head}\n\n{UPSTREAM_START}\n## Not tracked upstream\n\n{line}\n{UPSTREAM_END}{tail}"
+    return body[:end] + line + "\n" + body[end:]
+
+
+def _draft_link(row: TrackingRow, repository: str | None, branch: str) -> str:
+    if row.draft is None:
+        return ""
+    where = f"https://github.com/{repository}/blob/{branch}/{row.draft}" if repository else row.draft
+    return f"[{row.draft.rsplit('/', 1)[-1]}]({where})"
+
+
+def upstream_section(
+    rows: Sequence[TrackingRow], previous_body: str | None, repository: str | None, branch: str,
+    checks: Sequence[LinkCheck] = (),
+) -> list[str]:  # fmt: skip
+    """The dashboard's "Not tracked upstream" section: per item its status, its draft, a one-click new-issue link
+    for a verified draft (title and body prefilled while the URLs stay within :data:`URL_BUDGET` and GitHub's
+    URL limit; past that, the link is the draft file) and the candidates ``find`` saw, each with a checkbox.
+    Ticks and requested links of ``previous_body`` are kept; what this run did with each is said beside it."""
+    ticked = set(ticked_links(previous_body))
+    by_link = {(c.id, c.url): c for c in checks}
+    counts = {status: sum(r.status == status for r in rows) for status in ("verified", "unverified", "stale", "nothing")}
+    lines = [
+        "", UPSTREAM_START, "## Not tracked upstream", "",
+        f"{len(rows)} items have no upstream issue: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+        + ". Tick a candidate to link it (the next run checks that it is an issue or pull request of the expected "
+          "repository and proposes `upstream = URL` in the shrink PR), or run `exportbot upstream link ID URL`.",
+        "",
+    ]  # fmt: skip
+    budget = URL_BUDGET
+    for row in rows:
+        draft = _draft_link(row, repository, branch)
+        parts = [f"**{row.status}**" + (f" draft {draft}" if draft else "")]
+        if row.status == "verified" and row.repository and row.title and row.body is not None:
+            url = new_issue_url(row.repository, row.title, row.body)
+            if url is not None and len(url) <= budget:
+                budget -= len(url)
+                parts.append(f"[file it in {row.repository}]({url})")
+            elif draft:
+                parts.append(f"file it in {row.repository}: too long for a prefilled link, copy {draft}")
+        if row.status != "verified":
+            parts.append(_cell(row.reason))
+        lines.append(f"- **`{row.id}`** ({row.kind}, {_cell(row.detail)}): " + " · ".join(parts))
+        shown = set()
+        for candidate in row.candidates:
+            key = (row.id, candidate.url)
+            shown.add(key)
+            box = "x" if key in ticked else " "
+            lines.append(f"  - [{box}] <!-- exportbot:link {row.id} {candidate.url} --> [{candidate.short}]"
+                         f"({candidate.url}) ({candidate.state}, score {candidate.score:.2f}): {_cell(candidate.title)}"
+                         + _check_note(by_link.get(key)))  # fmt: skip
+        for item_id, url in sorted(ticked):
+            if item_id == row.id and (item_id, url) not in shown:
+                lines.append(f"  - [x] <!-- exportbot:link {item_id} {url} --> {url} (requested)"
+                             + _check_note(by_link.get((item_id, url))))  # fmt: skip
+    return [*lines, UPSTREAM_END]
+
+
+def _check_note(check: LinkCheck | None) -> str:
+    if check is None:
+        return ""
+    return f" — {'proposed in the shrink PR' if check.accepted else 'not linked: ' + _cell(check.note)}"
+
+
+def previous_upstream_section(body: str | None) -> list[str]:
+    """The upstream section of a dashboard body as it stands (blank line first), or [] when it has none."""
+    return kept_section(body, UPSTREAM_START, UPSTREAM_END)

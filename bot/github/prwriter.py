@@ -530,11 +530,16 @@ def _list_cell(proposal: Proposal, by_hand: Mapping[str, str]) -> str:
 
 
 def pr_body(
-    proposals: Sequence[Proposal], runs_required: int, branch: str, by_hand: Mapping[str, str] | None = None
-) -> str:
+    proposals: Sequence[Proposal], runs_required: int, branch: str, by_hand: Mapping[str, str] | None = None,
+    links: Sequence[str] = (),
+) -> str:  # fmt: skip
     """The PR description; the same proposals always give the same text (no timestamps of this run).
-    ``by_hand``: workaround id → why this PR lists it for deletion by hand instead of deleting it."""
+    ``by_hand``: workaround id → why this PR lists it for deletion by hand instead of deleting it. ``links``: the
+    links section (bot.github.links), after the removals."""
     by_hand = by_hand or {}
+    if not proposals:
+        return "\n".join([PR_MARKER, "exportbot links items to their upstream issues; this PR removes nothing.", "",
+                          *links, "---", _footer(branch)]) + "\n"  # fmt: skip
     incomplete = [p.id for p in proposals if p.shortfall(runs_required)]
     removes = "their ledger entries" if all(not p.is_workaround for p in proposals) else (
         "their ledger entries and the code of the registered workarounds (those that cannot be deleted "
@@ -561,13 +566,15 @@ def pr_body(
     lines.append("")
     for proposal in proposals:
         lines += proposal_section(proposal, runs_required, by_hand)
-    lines += [
-        "---",
-        f"Maintained by exportbot on `{branch}`: it rewrites this description and adds commits while it is "
-        "the only one committing there (push a commit to take the branch over). Closing this PR unmerged "
-        "stops these entries from being proposed again until their upstream state or pinned versions change.",
-    ]
+    lines += [*links, "---", _footer(branch)]
     return "\n".join(lines) + "\n"
+
+
+def _footer(branch: str) -> str:
+    return (f"Maintained by exportbot on `{branch}`: it rewrites this description and adds commits while it is "
+            "the only one committing there (push a commit to take the branch over). Closing this PR unmerged "
+            "stops these entries from being proposed again until their upstream state or pinned versions change; "
+            "a link stays proposed while its dashboard checkbox is ticked.")  # fmt: skip
 
 
 def parse_pr_body(body: str | None) -> list[Proposal]:

@@ -41,7 +41,8 @@ from github import Github
 from bot.audit.report import check_report, check_repository, head_commit, scope_to_ledger
 from bot.audit.verification import VERIFIED_FILE, load_verification
 from bot.config import BotConfig
-from bot.github.dashboard import dashboard_body
+from bot.github.dashboard import TrackingView, dashboard_body, ticked_links
+from bot.github.links import UpstreamInputs
 from bot.github.shrink_plan import (
     ShrinkOutcome,
     ShrinkPlan,
@@ -87,40 +88,52 @@ def plan_on_base(
         return planner(report, state, ledger, base_dir), ledger, verification, report, warning
 
 
-def _shrink_planner(config: BotConfig, recreate: bool) -> Planner:
-    return lambda report, state, ledger, base_dir: plan_shrink(report, state, ledger, base_dir, config, recreate=recreate)
+def _shrink_planner(config: BotConfig, recreate: bool, checks: tuple = (), upstream: UpstreamInputs | None = None
+                    ) -> Planner:  # fmt: skip
+    paths = {i: t.path for i, t in upstream.targets.items()} if upstream is not None else {}
+    return lambda report, state, ledger, base_dir: plan_shrink(report, state, ledger, base_dir, config,
+                                                               recreate=recreate, links=checks, link_paths=paths)  # fmt: skip
 
 
 def _dashboard(outcome: ShrinkOutcome, report: Mapping[str, Any], ledger: Ledger, verification: dict,
-               previous: str | None) -> str:  # fmt: skip
+               previous: str | None, config: BotConfig, upstream: UpstreamInputs | None) -> str:  # fmt: skip
+    """The dashboard body; its upstream section only when the run knows the checkout's items (``upstream``),
+    else that section stays as it stands."""
     plan = outcome.plan
     links = {p.id: outcome.pr_url or "(dry run: not opened)" for p in plan.selection.proposals}
     links |= {i: f"#{n} closed unmerged" for i, n in plan.selection.turned_down.items()}
-    return dashboard_body(report, ledger, verification, links, plan.by_hand, previous)
+    tracking = None if upstream is None else TrackingView(upstream.rows, config.repository, config.base_branch,
+                                                          plan.links)  # fmt: skip
+    return dashboard_body(report, ledger, verification, links, plan.by_hand, previous, tracking)
 
 
 def open_or_update_pr(
     report: Mapping[str, Any], config: BotConfig, github: Github, apply: bool, *, recreate: bool = False,
-    sleep: Callable[[float], None] = time.sleep, max_wait: float = MAX_WAIT,
+    sleep: Callable[[float], None] = time.sleep, max_wait: float = MAX_WAIT, upstream: UpstreamInputs | None = None,
 ) -> ShrinkOutcome:  # fmt: skip
     """Bring the rolling PR (and the dashboard, when configured) in line with ``report``.
 
     ``report`` is an audit report as JSON data (``AuditReport.as_dict()`` or a saved ``--json`` file).
     With ``apply=False`` only GET requests are made. Raises :class:`ReportError` for an unusable or
     foreign report (before any request) and :class:`ShrinkStopped` when a step cannot be done.
+    ``upstream``: the checkout's items (where a link is written, the dashboard's upstream rows); with it, each
+    link ticked on the dashboard is checked against GitHub and, when accepted, proposed in the PR.
     """
     report = check_report(report)
     check_repository(report, config.repository)
     session = GitHubSession(github, config, sleep, max_wait)
-    state = session.read_state(wanted_paths(config, report), proposed_sources)
-    plan, ledger, verification, report, warning = plan_on_base(report, state, config, _shrink_planner(config, recreate))
+    linked = upstream.paths_to_link if upstream is not None else (lambda body: ())
+    state = session.read_state(wanted_paths(config, report), proposed_sources, linked)
+    checks = session.check_links(ticked_links(state.dashboard_body), upstream.targets) if upstream else ()
+    planner = _shrink_planner(config, recreate, checks, upstream)
+    plan, ledger, verification, report, warning = plan_on_base(report, state, config, planner)
     outcome = ShrinkOutcome(plan, apply, done=session.done, warnings=[warning] if warning else [])
     if apply:
         session.apply(plan, outcome)
     elif state.open_pull is not None and not plan.close_pull:
         outcome.pr_url = state.open_pull.url
     if config.dashboard:
-        outcome.dashboard = _dashboard(outcome, report, ledger, verification, state.dashboard_body)
+        outcome.dashboard = _dashboard(outcome, report, ledger, verification, state.dashboard_body, config, upstream)
         outcome.dashboard_step = session.dashboard(outcome.dashboard, apply)
     return outcome
 
@@ -131,8 +144,10 @@ def local_state(root: Path, paths: Collection[str]) -> RepoState:
     return RepoState(head_commit(root) or NO_COMMIT, files, None, None, ())
 
 
-def plan_locally(report: Mapping[str, Any], config: BotConfig, root: Path) -> ShrinkOutcome:
-    """``exportbot pr --local``: the diff and the PR body against the checkout at ``root``; no network."""
+def plan_locally(report: Mapping[str, Any], config: BotConfig, root: Path,
+                 upstream: UpstreamInputs | None = None) -> ShrinkOutcome:  # fmt: skip
+    """``exportbot pr --local``: the diff and the PR body against the checkout at ``root``; no network (no link is
+    asked for there: the dashboard's upstream section shows the rows with no tick)."""
     report = check_report(report)
     check_repository(report, config.repository)
     state = local_state(root, wanted_paths(config, report))
@@ -140,7 +155,7 @@ def plan_locally(report: Mapping[str, Any], config: BotConfig, root: Path) -> Sh
     outcome = ShrinkOutcome(plan, applied=False, against=f"{root} at {state.base_sha[:12]}",
                             warnings=[warning] if warning else [])
     if config.dashboard:
-        outcome.dashboard = _dashboard(outcome, report, ledger, verification, None)
+        outcome.dashboard = _dashboard(outcome, report, ledger, verification, None, config, upstream)
     return outcome
 
 

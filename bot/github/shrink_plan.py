@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,8 @@ from typing import Any
 from bot.audit.verdict import REMOVABLE
 from bot.audit.verification import VERIFIED_FILE, WORKAROUNDS_VERIFIED_FILE
 from bot.config import BotConfig
+from bot.github.dashboard import LinkCheck
+from bot.github.links import link_changes, links_lines, links_title
 from bot.github.prwriter import (
     Proposal,
     Selection,
@@ -109,6 +111,7 @@ class ShrinkPlan:
     pull_number: int | None = None
     by_hand: dict[str, str] = field(default_factory=dict)  # removable workaround → why not deleted here
     summary: tuple[str, ...] = ()  # the commit message's lines after the title ("Removes: ...", "Moves: ...")
+    links: tuple[LinkCheck, ...] = ()  # the requested links: made (accepted) and refused, with why
 
     @property
     def message(self) -> str:
@@ -177,9 +180,11 @@ def removal_changes(
 
 def plan_shrink(
     report: Mapping[str, Any], state: RepoState, ledger: Ledger, base_dir: Path, config: BotConfig,
-    *, recreate: bool = False,
+    *, recreate: bool = False, links: Sequence[LinkCheck] = (), link_paths: Mapping[str, str] | None = None,
 ) -> ShrinkPlan:  # fmt: skip
-    """The plan for this report and repository state; ``base_dir`` holds the base's ledger files."""
+    """The plan for this report and repository state; ``base_dir`` holds the base's ledger files. ``links``: the
+    links a maintainer asked for, already checked against GitHub (bot.github.links); the accepted ones are
+    written at ``link_paths`` (item id → repository path) and listed in the PR's "links" section."""
     pull = state.open_pull
     previous = pull.proposals if pull else []
     selection = select_proposals(
@@ -187,16 +192,21 @@ def plan_shrink(
     )
     selection, changes, by_hand = removal_changes(selection, state, base_dir, config)
     proposals = selection.proposals
+    paths = link_paths or {}
+    made, refused = link_changes(links, state.base_files, paths, changes, removed=[p.id for p in proposals])
+    summary = (f"Removes: {', '.join(p.id for p in proposals)}",) if proposals else ()
+    summary += (f"Links: {', '.join(f'{c.id} → {c.url}' for c in made)}",) if made else ()
     plan = ShrinkPlan(
-        selection, changes, pr_title(proposals), pr_body(proposals, config.runs, config.branch, by_hand),
+        selection, changes, pr_title(proposals) if proposals or not made else links_title(made),
+        pr_body(proposals, config.runs, config.branch, by_hand, links_lines(made, paths)),
         draft=any(p.shortfall(config.runs) for p in proposals), branch=config.branch,
         base_branch=config.base_branch, base_sha=state.base_sha, pull_number=pull.number if pull else None,
-        by_hand=by_hand, summary=(f"Removes: {', '.join(p.id for p in proposals)}",),
+        by_hand=by_hand, summary=summary, links=(*made, *refused),
     )  # fmt: skip
     # An entry the PR proposed (and its branch removed) dropped out: merging or adding a commit would leave its
     # removal in the PR's diff, so the branch starts again from the base.
     dropped = {p.id for p in previous if not p.removal} - {p.id for p in proposals}
-    closing = None if proposals else closed_body({p.id: selection.notes[p.id] for p in previous})
+    closing = None if proposals or made else closed_body({p.id: selection.notes[p.id] for p in previous})
     return plan_branch(plan, state, config.labels, config.reviewers, closing=closing, rebuild=bool(dropped),
                        recreate=recreate)  # fmt: skip
 

@@ -26,9 +26,10 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 import requests
 from github import Github, GithubException, InputGitTreeElement
@@ -39,7 +40,8 @@ from github.PullRequest import PullRequest
 from github.Repository import Repository
 
 from bot.config import BotConfig, ConfigError
-from bot.github.dashboard import DASHBOARD_MARKER, DASHBOARD_SIGNATURE
+from bot.github.dashboard import DASHBOARD_MARKER, DASHBOARD_SIGNATURE, LinkCheck
+from bot.github.links import IssueFacts, LinkTarget, check_link, link_problem, parse_issue_url
 from bot.github.prwriter import HELD_BLOCK, PR_MARKER, Proposal, parse_pr_body, read_trailers
 from bot.github.shrink_plan import PullInfo, RepoState, ShrinkOutcome, ShrinkPlan, Tip
 from bot.github.tracker import _rate_limit_wait
@@ -113,6 +115,13 @@ def _refused(error: GithubException, permission: str, repository: str) -> tuple[
         if error.status in (409, 422) and pattern.search(message):
             return f"{said} ({meaning})", rerun, advice
     return said, True, None
+
+
+def _issue_facts(issue: Issue) -> IssueFacts:
+    """What :func:`bot.github.links.check_link` needs of an issue (read here, inside the request's retry)."""
+    owner, name, kind = urlsplit(issue.html_url).path.strip("/").split("/")[:3]
+    return IssueFacts(f"{owner}/{name}", issue.number, issue.title, issue.state,
+                      kind == "pull" or issue.pull_request is not None)  # fmt: skip
 
 
 class GitHubSession:
@@ -230,9 +239,13 @@ class GitHubSession:
 
         return self._must(f"read {path} at {ref[:12]}", read, permission=CONTENTS_READ)
 
-    def read_state(self, wanted: Collection[str], sources: Callable[[list[Proposal]], Collection[str]]) -> RepoState:
+    def read_state(
+        self, wanted: Collection[str], sources: Callable[[list[Proposal]], Collection[str]],
+        linked: Callable[[str | None], Collection[str]] = lambda body: (),
+    ) -> RepoState:  # fmt: skip
         """Everything a plan needs. ``wanted``: repository paths of the files a PR may change; ``sources``
-        adds the files of the workarounds the open PR proposes, once its body is read."""
+        adds the files of the workarounds the open PR proposes, once its body is read; ``linked`` those of the
+        items whose links the dashboard asks for, once its body is read."""
         config = self.config
         name = config.repository or ""
         found = self._call(f"read repository {name}", lambda: self.github.get_repo(name), permission=CONTENTS_READ,
@@ -263,8 +276,12 @@ class GitHubSession:
             if PR_MARKER in (p.body or "")
             for proposal in parse_pr_body(p.body)
         )
+        dashboard = None
+        if config.dashboard:
+            self._dashboard = self._find_dashboard()
+            dashboard = (self._dashboard.body or "") if self._dashboard is not None else None
         listed = self._tree(base_sha)
-        paths = set(wanted) | set(sources(open_pull.proposals if open_pull else []))
+        paths = set(wanted) | set(sources(open_pull.proposals if open_pull else [])) | set(linked(dashboard))
         base_files = {path: self._text(path, base_sha, listed[path]) for path in sorted(paths) if path in listed}
 
         # While an open PR uses the branch, the branch exists: a 404 for it is a failed read.
@@ -281,14 +298,17 @@ class GitHubSession:
                 comments = tuple(c.body for c in self._must(
                     "read comments", lambda: list(pull.get_issue_comments()), permission=ISSUES_READ))  # fmt: skip
             tip = Tip(sha, is_bot, recorded, blobs)
-        dashboard = None
-        if config.dashboard:
-            self._dashboard = self._find_dashboard()
-            dashboard = (self._dashboard.body or "") if self._dashboard is not None else None
         # A PR a human closed still holds its blocks (entries, or a bump's moves); one exportbot closed has none.
         turned_down = frozenset(p.head.sha for p in rejected if HELD_BLOCK.search(p.body or ""))
         return RepoState(base_sha, base_files, tip, open_pull, closed, comments, dashboard, turned_down,
                          tuple((p.number, p.body or "") for p in rejected))  # fmt: skip
+
+    def read_dashboard(self) -> Issue | None:
+        """The dashboard issue alone (``exportbot upstream link``): the repository, then the issue."""
+        name = self.config.repository or ""
+        self.repo = self._must(f"read repository {name}", lambda: self.github.get_repo(name), permission=CONTENTS_READ)
+        self._dashboard = self._find_dashboard()
+        return self._dashboard
 
     def _find_dashboard(self) -> Issue | None:
         """The dashboard issue, by its hidden marker (never by title): labelled issues first, then search."""
@@ -307,6 +327,19 @@ class GitHubSession:
             mine = ours(self._must("search issues for the dashboard",
                                    lambda: list(self.github.search_issues(query)), permission=ISSUES_READ))  # fmt: skip
         return min(mine, key=lambda i: (i.state != "open", i.number), default=None)
+
+    def check_links(self, requested: Iterable[tuple[str, str]], targets: Mapping[str, LinkTarget]) -> tuple[LinkCheck, ...]:
+        """Each requested (item, URL) link judged (bot.github.links.check_link): one GET of the issue the URL names
+        when nothing refuses it before (a 404 is "does not resolve"; another failed read stops the run)."""
+        checks = []
+        for item_id, url in requested:
+            target, facts = targets.get(item_id), None
+            if link_problem(item_id, url, target) is None:
+                repository, number = parse_issue_url(url)
+                facts = self._call(f"read {repository}#{number}", lambda r=repository, n=number: _issue_facts(
+                    self.github.get_repo(r, lazy=True).get_issue(n)), permission=ISSUES_READ, missing_ok=True)  # fmt: skip
+            checks.append(check_link(item_id, url, target, facts))
+        return tuple(checks)
 
     # ── writes ──
     def apply(self, plan: ShrinkPlan, outcome: ShrinkOutcome) -> None:

@@ -2,49 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from bot.outcome import PASS, SKIPPED
+from bot.signatures import normalize_error
 from bot.sweep.records import CRASHED, TIMEOUT, record_key, signal_name
 from bot.sweep.tasks import Key
-
-_HEX = re.compile(r"0x[0-9a-fA-F]+")
-_PATH = re.compile(r"(?<![\w.])(?:/[\w.@+~-]+){2,}/?")
-_SYMBOL = re.compile(r"\b([su])\d+\b")  # torch's shape symbols: s0 (backed), u0 (unbacked)
-_NUMBERED_NAME = re.compile(r"(?<=[A-Za-z])_\d+\b")  # FX node and module names: add_3, layer_0
-_NUMBER = re.compile(r"(?<!\w)\d+(?:\.\d+)*(?:[eE][-+]?\d+)?(?!\w)")
-_STEM = re.compile(r"^(.+?)(?:Model|For[A-Z]|LMHead|Encoder|Decoder|Backbone|PreTrained)")
-SIGNATURE_CHARS = 200
-
-
-def model_stem(model: str) -> str:
-    """The family part of a class name (``Bert`` of ``BertForMaskedLM``), which errors repeat in class names."""
-    match = _STEM.match(model)
-    return match.group(1) if match else model
-
-
-def normalize_error(text: str, model: str | None = None) -> str:
-    """A signature for an error message: the same bug in two models, or at two shapes, gives the same string.
-
-    Addresses become ``0x?``, paths ``<path>``, shape symbols ``s?``/``u?``, numbers ``N`` (so
-    ``[2, 8, 64]`` becomes ``[N, N, N]`` and line numbers disappear), numbered node names ``add_N``, and names
-    built on the model's family (``BertSelfAttention``, ``modeling_bert``) ``<Model>``/``<model>``. Only the
-    first non-blank line is kept, whitespace collapsed: it names the failure; the rest is context.
-    """
-    normalized = _HEX.sub("0x?", text)
-    normalized = _PATH.sub("<path>", normalized)
-    if model:
-        stem = model_stem(model)
-        normalized = re.sub(rf"\b{re.escape(stem)}\w*", "<Model>", normalized)
-        normalized = re.sub(rf"(?<![A-Za-z0-9]){re.escape(stem.lower())}(?![A-Za-z0-9])", "<model>", normalized)
-    normalized = _SYMBOL.sub(r"\1?", normalized)
-    normalized = _NUMBERED_NAME.sub("_N", normalized)
-    normalized = _NUMBER.sub("N", normalized)
-    line = next((line for line in normalized.splitlines() if line.strip()), "")
-    return " ".join(line.split())[:SIGNATURE_CHARS]
 
 
 def failure_signature(record: Mapping[str, Any]) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporters.ledger.edit import add_entry, remove_entry, remove_model, set_fixed_in
+from exporters.ledger.edit import add_entry, remove_entry, remove_model, set_fixed_in, set_upstream
 from exporters.ledger.entries import (
     BACKENDS,
     LIST_FILES,
@@ -58,6 +58,7 @@ __all__ = [
     "remove_entry",
     "remove_model",
     "set_fixed_in",
+    "set_upstream",
 ]
 
 

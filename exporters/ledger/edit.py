@@ -1,4 +1,5 @@
-"""Editing the ledger (the bot's API): remove an entry or one of its classes, set ``fixed_in``, add an entry.
+"""Editing the ledger (the bot's API): remove an entry or one of its classes, set ``fixed_in`` or ``upstream``, add
+an entry.
 
 Split out of ``exporters.ledger`` (which re-exports these functions). Editing keeps every byte outside the
 edited span: value edits inside one entry go through tomlkit; removing or inserting whole lines is done on
@@ -105,24 +106,46 @@ def remove_model(path: Path, entry_id: str, model_class: str) -> str:
     return _commit(path, document.as_string(), data)
 
 
-def set_fixed_in(path: Path, entry_id: str, spec: str) -> str:
-    """Record the release that fixes the entry's bug (``"onnxscript>=0.7.3"``), replacing any earlier one."""
+def keyed(line: str) -> str:
+    """The key a ``key = value`` line sets (anything else gives text that is no key)."""
+    return line.split("=", 1)[0].strip()
+
+
+def _set_value(path: Path, entry_id: str, key: str, value: str) -> str:
+    """Set one string key of an entry: tomlkit replaces an existing value (keeping the line's comment); a new key
+    is a line of its own at its place in schema order (after the last key written before it in ``_KEYS``), and
+    never below the entry's sub-tables (``[entry.repro]``), where it would belong to them."""
     text, data, index = _locate(path, entry_id)
-    had_fixed_in = "fixed_in" in data[index]
-    data[index]["fixed_in"] = spec
-    if had_fixed_in:
-        document = tomlkit.parse(text)  # tomlkit replaces the value and keeps the line's comment
-        document["entry"][index]["fixed_in"] = spec
+    had = key in data[index]
+    data[index][key] = value
+    if had:
+        document = tomlkit.parse(text)
+        document["entry"][index][key] = value
         return _commit(path, document.as_string(), data)
-    # A new key goes after the entry's last value, before any trailing comment or blank line, and before
-    # its sub-tables (``[entry.repro]``): a key written below one of those would belong to it.
     lines, final = _split(text)
     headers = _header_indices(lines)
     end = ([*_entry_starts(lines), len(lines)])[index + 1]
     end = next((i for i in range(headers[index] + 1, end) if lines[i].lstrip().startswith("[")), end)
-    last = max(i for i in range(headers[index], end) if lines[i].strip() and not _is_comment(lines[i]))
-    lines.insert(last + 1, f"fixed_in = {tomlkit.string(spec).as_string()}")
+    earlier = set(_KEYS[: _KEYS.index(key)])
+    values = [i for i in range(headers[index], end) if lines[i].strip() and not _is_comment(lines[i])]
+    keys = [i for i in values if lines[i].split("=", 1)[0].strip() in _KEYS]
+    # the value of the last key written before it ends on the last value line above the next key
+    later = [i for i in keys if keyed(lines[i]) not in earlier and i > max((k for k in keys if keyed(lines[k]) in earlier),
+                                                                          default=-1)]  # fmt: skip
+    after = max(i for i in values if i < later[0]) if later else max(values)
+    lines.insert(after + 1, f"{key} = {tomlkit.string(value).as_string()}")
     return _commit(path, "\n".join(lines) + final, data)
+
+
+def set_fixed_in(path: Path, entry_id: str, spec: str) -> str:
+    """Record the release that fixes the entry's bug (``"onnxscript>=0.7.3"``), replacing any earlier one."""
+    return _set_value(path, entry_id, "fixed_in", spec)
+
+
+def set_upstream(path: Path, entry_id: str, url: str) -> str:
+    """Link the entry to its upstream issue or pull request (``upstream = URL``, after ``scope``), replacing any
+    earlier one: what the shrink PR's "links" section writes."""
+    return _set_value(path, entry_id, "upstream", url)
 
 
 def _toml_value(key: str, value: Any) -> Any:

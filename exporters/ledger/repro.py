@@ -75,7 +75,8 @@ def build_reproducer(entry: LedgerEntry | None, model_class: str, seed: int = 0)
         model, inputs = tiny.model, _reshaped(entry, tiny.model, tiny.inputs, repro, seed)
         _reinitialised(entry, model, inputs, repro.init, seed)
         options = builder_export_options(tiny.static_dims) | options
-        source = "tiny model with " + ", ".join(k for k in ("config", "inputs", "init", "export") if getattr(repro, k))
+        given = [k for k in ("config", "inputs", "init", "export") if getattr(repro, k)]
+        source = f"tiny model with {', '.join(given)}" if given else "default tiny model"  # [entry.repro] of budget_s only
     return Reproducer(entry.id, model_class, model, inputs, options, seed, source)
 
 
