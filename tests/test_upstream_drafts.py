@@ -10,6 +10,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from test_json_output import assert_same_shape, documented
 
@@ -19,12 +20,14 @@ from bot.audit.drafts import (
     STATUSES,
     UNVERIFIED,
     VERIFIED,
+    DraftError,
     DraftNotes,
     DraftRecord,
     ProbeRun,
     TrackedItem,
     cause_pattern,
     item_status,
+    parse_notes,
 )
 from bot.cli.upstream import upstream_group
 from bot.run.drafts import changed_draft_ids, run_script
@@ -187,3 +190,24 @@ def test_a_probe_cause_with_a_scratch_path_matches_the_same_error_at_another_pat
               "/tmp/tmpq9z/squeeze.onnx failed:Node (node_squeeze) Op (Squeeze) [ShapeInferenceError] Dimension of "
               "input 2 must be 1 instead of 8")
     assert re.search(cause_pattern(probe), script)
+
+
+def test_an_entry_failure_in_exportbot_wording_is_checked_against_the_notes_failure_of_the_script():
+    # The ledger records what exportbot printed; a script importing only the upstream stack cannot print it.
+    exportbot_wording = r"component 'decode' failed on onnx: [\s\S]*The size of tensor a \(\d+\) must match"
+    entry = TrackedItem("demo-decode", "entry", "onnx", "transformers", None, "demo", "registry/export_skips.toml",
+                        "EXPORT_SKIPS entry (onnx, scope all)", ("DemoModel",), exportbot_wording)  # fmt: skip
+    run = run_script("demo-decode", FAILING, exportbot_wording, timeout=120)
+    pins = {"torch": run.versions["torch"]}
+    said = item_status(entry, FAILING, None, DraftRecord(run), pins)
+    assert said.status == UNVERIFIED and "fails otherwise than" in said.reason
+    run = run_script("demo-decode", FAILING, EXPECTED, timeout=120)
+    said = item_status(entry, FAILING, DraftNotes(failure=EXPECTED), DraftRecord(run), pins)
+    assert said.status == VERIFIED, said.reason
+    assert entry.failure == exportbot_wording  # the ledger's regex is what exportbot's real run printed, untouched
+
+
+def test_a_notes_failure_that_matches_any_output_is_refused():
+    with pytest.raises(DraftError, match="matches an empty output"):
+        parse_notes('+++\nfailure = "(Error)?"\n+++\n', "notes/demo.md")
+    assert parse_notes('+++\nfailure = "Error: \\\\w+"\n+++\n', "notes/demo.md").failure == r"Error: \w+"
