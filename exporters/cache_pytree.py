@@ -37,13 +37,24 @@ _WALKED_TYPES: set[type] = set()
 _REGISTERED_BY_RULE: dict[type, str] = {}
 
 
+# Why the context rules are exportbot's own: the context is what this stage's walk (_flatten_to_context) makes of a
+# cache's attributes; torch's pytree saves whatever a registered flatten puts there, and transformers registers
+# no cache class, so nothing upstream builds the context these rules correct.
+_OWN_CONTEXT = ("it corrects what this stage's own attribute walk (_flatten_to_context) puts into a cache's pytree "
+                "context; transformers registers no cache class as a pytree node, so no upstream flatten makes that "
+                "context")
+
 # Pytree rules: what particular caches need from the walk, each a registered workaround that
 # ``--without NAME`` leaves out (a necessity probe), checked when the export being tracked flattens.
-def register_pytree_rule(*, upstream: str | None = None, dependency: str | None = None) -> Callable[[Callable], Callable]:
-    """Register ``rule(value) -> result | None`` as a ``pytree_rule`` workaround of the dynamo stage."""
+def register_pytree_rule(
+    *, upstream: str | None = None, dependency: str | None = None, internal: str | None = None,
+) -> Callable[[Callable], Callable]:  # fmt: skip
+    """Register ``rule(value) -> result | None`` as a ``pytree_rule`` workaround of the dynamo stage; ``internal``
+    says why it fixes this stage's own walk rather than an upstream bug (no upstream issue to follow)."""
 
     def decorate(rule: Callable) -> Callable:
-        announce_workaround(Workaround(rule.__name__, "pytree_rule", "dynamo", rule, (), upstream, dependency))
+        announce_workaround(Workaround(rule.__name__, "pytree_rule", "dynamo", rule, (), upstream, dependency,
+                                       internal=internal))  # fmt: skip
         return rule
 
     return decorate
@@ -113,7 +124,7 @@ def _concrete(value: Any) -> Any:
     return value
 
 
-@register_pytree_rule(dependency="transformers")
+@register_pytree_rule(dependency="transformers", internal=_OWN_CONTEXT)
 def _concrete_nested_scalars(value: list | tuple | dict) -> list | tuple | dict | None:
     """Concretise traced scalars inside a tensor-free list, tuple or dict of a cache's context too.
 
@@ -167,7 +178,7 @@ class ClassConstant:
         return ClassConstant(found)
 
 
-@register_pytree_rule(dependency="transformers")
+@register_pytree_rule(dependency="transformers", internal=_OWN_CONTEXT)
 def _class_by_import_path(value: type) -> ClassConstant | None:
     """Keep a class-valued cache attribute in the context by its import path, so the program can be saved.
 
@@ -183,7 +194,7 @@ def _class_by_import_path(value: type) -> ClassConstant | None:
     return ClassConstant(value) if importable else None
 
 
-@register_pytree_rule(dependency="transformers")
+@register_pytree_rule(dependency="transformers", internal=_OWN_CONTEXT)
 def _empty_caches_as_subtrees(value: Any) -> bool | None:
     """Flatten an attribute holding a cache or cache layer as a child, even while it holds no tensor.
 
@@ -352,7 +363,12 @@ def register_pytree_types(model: torch.nn.Module) -> None:
                 register_walked_type(cls)
 
 
-@register_pytree_rule(dependency="transformers")
+@register_pytree_rule(
+    dependency="transformers",
+    internal="it completes this stage's own registration of cache layer classes (register_pytree_types walks the "
+    "*LayerMixin subclasses, which misses DummyLayer); transformers registers no cache class as a pytree node, and "
+    "exportbot registers them all itself, so there is no upstream registration to fix",
+)
 def _layer_types_of_cache_maps(cache_utils: Any) -> list[type] | None:
     """Also register the layer classes of cache_utils' layer-type maps that derive from no ``*LayerMixin``.
 

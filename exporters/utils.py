@@ -78,6 +78,9 @@ class Workaround:
     # A speed-up: the artifact is the same without it, so an export passing without it says nothing about
     # whether it may go (bot.audit.verdict asks a human, with the benchmark to run, instead of proposing removal).
     speed: bool = False
+    # Why the workaround fixes exportbot's own code rather than an upstream bug (None: it works around an upstream
+    # one): such an item has no upstream issue to file or follow (bot.audit.drafts gives it the status "internal").
+    internal: str | None = None
 
     @property
     def summary(self) -> str:
@@ -95,6 +98,7 @@ class Workaround:
             "dependency": self.dependency,
             "optional": self.optional,
             "speed": self.speed,
+            "internal": self.internal,
             "module": self.func.__module__,
             "summary": self.summary,
         }

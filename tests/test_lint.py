@@ -430,8 +430,8 @@ def test_an_item_with_nothing_upstream_fails_only_when_it_is_new(tmp_path: Path)
     assert "unverified upstream draft: its script was never run" in after[0].message
 
     code, lines = invoke("--registry", str(directory), "--no-classes")
-    assert code == 0 and lines[-1] == ("lint: 0 errors, 2 warnings; upstream: linked 2, verified 0, unverified 1, "
-                                       "stale 0, nothing 1")  # fmt: skip
+    assert code == 0 and lines[-1] == ("lint: 0 errors, 2 warnings; upstream: linked 2, verified 0, internal 0, "
+                                       "unverified 1, stale 0, nothing 1")  # fmt: skip
 
 
 def test_exporter_import_failure_points_at_failing_line(

@@ -211,3 +211,15 @@ def test_a_notes_failure_that_matches_any_output_is_refused():
     with pytest.raises(DraftError, match="matches an empty output"):
         parse_notes('+++\nfailure = "(Error)?"\n+++\n', "notes/demo.md")
     assert parse_notes('+++\nfailure = "Error: \\\\w+"\n+++\n', "notes/demo.md").failure == r"Error: \w+"
+
+
+def test_a_workaround_of_exportbots_own_code_is_internal_not_nothing():
+    from bot.audit.drafts import INTERNAL
+    from bot.run.drafts import tracked_items
+
+    items = {item.id: item for item in tracked_items()}
+    said = item_status(items["_layer_types_of_cache_maps"], None, None, None, {})
+    assert said.status == INTERNAL and said.draft is None
+    assert "not an upstream bug" in said.reason and "register_pytree_types" in said.reason
+    plain = next(item for item in items.values() if item.upstream is None and item.internal is None)
+    assert item_status(plain, None, None, None, {}).status == NOTHING  # only a stated reason makes an item internal

@@ -211,10 +211,14 @@ def test_the_section_files_a_verified_draft_in_one_click_links_a_long_one_and_fl
                        "pytorch/pytorch", "docs/upstream-drafts/_fix_b.md", "B fails", "x" * 9000)  # fmt: skip
     stale = TrackingRow("_fix_c", "workaround", "patch (onnx)", "stale", "its script no longer fails",
                         "pytorch/pytorch", "docs/upstream-drafts/_fix_c.md", "C", "body")  # fmt: skip
-    lines = upstream_section([short, long, stale], None, REPO, "main")
+    internal = TrackingRow("_rule_d", "workaround", "pytree_rule (dynamo)", "internal",
+                           "exportbot-internal, not an upstream bug: it corrects exportbot's own walk", None, None,
+                           None, None)  # fmt: skip
+    lines = upstream_section([short, long, stale, internal], None, REPO, "main")
     text = "\n".join(lines)
     assert "[file it in pytorch/pytorch](https://github.com/pytorch/pytorch/issues/new?title=A+fails&body=short+body)" in text
     assert ("file it in pytorch/pytorch: too long for a prefilled link, copy "
             f"[_fix_b.md](https://github.com/{REPO}/blob/main/docs/upstream-drafts/_fix_b.md)") in text
     assert "**stale** draft" in text and "its script no longer fails" in text
-    assert "3 items have no upstream issue: 2 verified, 0 unverified, 1 stale, 0 nothing" in text
+    assert "**internal** · exportbot-internal, not an upstream bug: it corrects exportbot's own walk" in text
+    assert "4 items have no upstream issue: 2 verified, 1 internal, 0 unverified, 1 stale, 0 nothing" in text

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.audit.candidates import Candidate
-from bot.audit.drafts import new_issue_url
+from bot.audit.drafts import LINKED, STATUSES, new_issue_url
 from bot.audit.pins import BACKEND_STACK, normalize_name
 from bot.audit.report import covers, is_complete
 from bot.audit.verdict import NEEDS_HUMAN, NOT_DUE, STILL_NEEDED, UNKNOWN
@@ -294,7 +294,7 @@ class TrackingRow:
     id: str
     kind: str  # "entry" | "workaround"
     detail: str
-    status: str  # bot.audit.drafts: verified, unverified, stale, nothing
+    status: str  # bot.audit.drafts: verified, internal, unverified, stale, nothing
     reason: str
     repository: str | None
     draft: str | None = None  # repository path of the draft page
@@ -365,7 +365,7 @@ def upstream_section(
     Ticks and requested links of ``previous_body`` are kept; what this run did with each is said beside it."""
     ticked = set(ticked_links(previous_body))
     by_link = {(c.id, c.url): c for c in checks}
-    counts = {status: sum(r.status == status for r in rows) for status in ("verified", "unverified", "stale", "nothing")}
+    counts = {status: sum(r.status == status for r in rows) for status in STATUSES if status != LINKED}
     lines = [
         "", UPSTREAM_START, "## Not tracked upstream", "",
         f"{len(rows)} items have no upstream issue: " + ", ".join(f"{n} {s}" for s, n in counts.items())
