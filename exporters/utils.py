@@ -152,12 +152,14 @@ def register_patch(
 
 
 def register_fx_node_fix(
-    backend: str, *, upstream: str | None = None, dependency: str | None = None
+    backend: str, *, upstream: str | None = None, dependency: str | None = None, internal: str | None = None
 ) -> Callable[[Callable], Callable]:
-    """Register ``fix(graph_module, node) -> bool`` run on every node of the exported graph."""
+    """Register ``fix(graph_module, node) -> bool`` run on every node of the exported graph (``internal``: see
+    :class:`Workaround`)."""
 
     def decorate(fix: Callable) -> Callable:
-        _register(_FX_NODE_FIXES, Workaround(fix.__name__, "fx_node_fix", backend, fix, (), upstream, dependency))
+        _register(_FX_NODE_FIXES, Workaround(fix.__name__, "fx_node_fix", backend, fix, (), upstream, dependency,
+                                             internal=internal))  # fmt: skip
         return fix
 
     return decorate

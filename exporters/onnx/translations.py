@@ -185,7 +185,13 @@ def select_squeezed_symbolic_dims(graph_module: torch.fx.GraphModule, node: torc
     return replace_node(graph_module, node, result)
 
 
-@register_fx_node_fix("onnx", dependency="torch")
+@register_fx_node_fix(
+    "onnx",
+    dependency="torch",
+    internal="it completes exportbot's own squeeze translation (_aten_squeeze_dims_of_size_one keeps a symbolic dim "
+    "it cannot prove 1): with torchlib's own squeeze the same PP-OCRv6 export loads in ONNX Runtime (a standalone "
+    "script, 2026-12-05), so the upstream bug is the one _aten_squeeze_dims_of_size_one's draft files",
+)
 def _fix_squeeze_of_a_dim_guarded_to_one(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Squeeze a symbolic dim that torch.export guarded to size 1 as ``select(dim, 0)``: the translation keeps it.
 
