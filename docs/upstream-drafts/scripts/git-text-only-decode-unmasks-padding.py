@@ -28,3 +28,10 @@ for pad_ids in ([0, 0, 0], [7, 8, 9]):
 diff = (outputs[0] - outputs[1]).abs().amax(-1)  # [batch, step]
 print("max |logits difference| per step, row 0:", [round(v, 4) for v in diff[0].tolist()])
 print("max |logits difference| per step, row 1:", [round(v, 4) for v in diff[1].tolist()])
+# The bug: the prefill (step 0) and the unpadded row ignore the pad ids, row 1's decode steps do not.
+assert diff[0].max() == 0 and diff[1, 0] == 0, "the prefill or the unpadded row already depends on the pad ids"
+changed = (diff[1] > 1e-4).nonzero().flatten().tolist()
+if changed:
+    raise AssertionError(f"the ids under masked pad slots change row 1's logits from decode step {changed[0]} on "
+                         f"(steps {changed}): the decode-step mask attends the pad slots")
+print("row 1's logits do not depend on the pad ids: OK")
