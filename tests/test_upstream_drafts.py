@@ -223,3 +223,12 @@ def test_a_workaround_of_exportbots_own_code_is_internal_not_nothing():
     assert "not an upstream bug" in said.reason and "register_pytree_types" in said.reason
     plain = next(item for item in items.values() if item.upstream is None and item.internal is None)
     assert item_status(plain, None, None, None, {}).status == NOTHING  # only a stated reason makes an item internal
+
+
+def test_a_script_killed_by_a_signal_says_so_and_matches_a_probes_crash():
+    # A crash prints nothing of its own; the probe of the same bug recorded how its process ended.
+    script = "import os, signal\nprint('dividing by zero in a kernel')\nos.kill(os.getpid(), signal.SIGFPE)\n"
+    expected = cause_pattern("killed by signal 8 (SIGFPE)")
+    run = run_script("_fix_demo", script, expected, timeout=120)
+    assert run.exit_code == -8 and run.matched, run.output
+    assert run.output.endswith("[killed by signal 8 (SIGFPE)]")

@@ -50,6 +50,7 @@ from bot.audit.drafts import (
 )
 from bot.audit.standalone import LITERAL_ELEMENTS, DimSpec, ScriptSpec, TensorSpec
 from bot.audit.verdict import first_error_line
+from bot.sweep.records import ended_without_outcome
 from bot.audit.workaround_index import load_index, select_probes
 
 UPSTREAM_PACKAGES = ("torch", "transformers", "onnx", "onnxscript", "onnxruntime", "executorch", "torchao")
@@ -318,6 +319,8 @@ def run_script(
                              (stdlib, f"python{sys.version_info.major}.{sys.version_info.minor}")])  # fmt: skip
     if code is None:
         text = text.rstrip("\n") + f"\n[stopped: timed out after {timeout:g} s]"
+    elif code < 0:  # a crash prints nothing of its own; say it as a probe's crash is said (probe_cause)
+        text = text.rstrip("\n") + f"\n[{ended_without_outcome(None, code)}]"
     return ScriptRun(script_digest(script), today().isoformat(), facts.get("versions", {}), facts.get("python", "?"),
                      facts.get("platform", "?"), code, seconds, excerpt(text, expected), expected,
                      matches(expected, text), bool(facts.get("exportbot_importable", True)))  # fmt: skip
