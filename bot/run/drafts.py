@@ -50,8 +50,8 @@ from bot.audit.drafts import (
 )
 from bot.audit.standalone import LITERAL_ELEMENTS, DimSpec, ScriptSpec, TensorSpec
 from bot.audit.verdict import first_error_line
-from bot.sweep.records import ended_without_outcome
 from bot.audit.workaround_index import load_index, select_probes
+from bot.sweep.records import ended_without_outcome
 
 UPSTREAM_PACKAGES = ("torch", "transformers", "onnx", "onnxscript", "onnxruntime", "executorch", "torchao")
 _BOOTSTRAP = r"""
