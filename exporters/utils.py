@@ -129,8 +129,10 @@ def register_patch(
     optional: bool = False,
     counts_itself: bool = False,
     speed: bool = False,
+    internal: str | None = None,
 ) -> Callable[[Callable], Callable]:
-    """Register ``factory(original) -> replacement`` for each dotted path in ``paths``.
+    """Register ``factory(original) -> replacement`` for each dotted path in ``paths`` (``internal``: see
+    :class:`Workaround`).
 
     Each call of the replacement counts as a hit, unless ``counts_itself``: a patch on a target every export
     calls (torch.onnx's output handler) records its own hits, only when it changed something, so that
@@ -144,7 +146,7 @@ def register_patch(
         _register(
             _PATCHES,
             Workaround(factory.__name__, "patch", backend, factory, tuple(paths), upstream, dependency, optional,
-                       counts_itself, speed),
+                       counts_itself, speed, internal),
         )
         return factory
 

@@ -505,3 +505,18 @@ def test_a_timeout_failure_needs_its_own_budget(tmp_path: Path) -> None:
     assert lint(registry(tmp_path, skips=budgeted), check_classes=False, check_workarounds=False) == []
     not_slow = block(SKIP_KEYS)  # GuardOnDataDependentSymNode: no budget needed
     assert lint(registry(tmp_path, skips=not_slow), check_classes=False, check_workarounds=False) == []
+
+
+@pytest.mark.usefixtures("fresh_workarounds")
+def test_an_internal_workaround_is_neither_nothing_nor_linked_too(tmp_path: Path) -> None:
+    utils.register_patch("dynamo", "json.dumps", internal="it fixes exportbot's own walk")(untracked_factory)
+    directory, _ = checkout(tmp_path)
+    messages = lint(directory, check_classes=False)
+    assert [m.message.split(" has ")[0] for m in messages] == ["entry 'skip-a' (EXPORT_SKIPS entry (onnx, scope all))"]
+    code, lines = invoke("--registry", str(directory), "--no-classes")
+    assert code == 1 and lines[-1].endswith("upstream: linked 1, verified 0, internal 1, unverified 0, stale 0, nothing 1")
+
+    utils.register_patch("dynamo", "json.loads", upstream="https://github.com/pytorch/pytorch/issues/1",
+                         internal="it fixes exportbot's own walk")(tracked_factory)  # fmt: skip
+    both = [m for m in lint(directory, check_classes=False) if "tracked_factory" in m.message]
+    assert [(m.severity, "both an upstream issue and an internal reason" in m.message) for m in both] == [("error", True)]

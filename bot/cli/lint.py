@@ -257,6 +257,10 @@ def _tracking_messages(statuses: Iterable[tuple[ItemStatus, Path, int]], known: 
     for status, path, line in statuses:
         item = status.item
         what = f"{'entry' if item.kind == ENTRY else 'workaround'} {item.id!r} ({item.detail})"
+        if item.upstream and item.internal:
+            messages.append(LintMessage(path, line, "error", f"{what} has both an upstream issue and an internal "
+                                        "reason: it works around an upstream bug (keep upstream) or exportbot's own "
+                                        "code (keep internal), not both"))  # fmt: skip
         if status.status == NOTHING:
             new = item.id not in known
             messages.append(LintMessage(path, line, "error" if new else "warning",
