@@ -232,3 +232,10 @@ def test_a_script_killed_by_a_signal_says_so_and_matches_a_probes_crash():
     run = run_script("_fix_demo", script, expected, timeout=120)
     assert run.exit_code == -8 and run.matched, run.output
     assert run.output.endswith("[killed by signal 8 (SIGFPE)]")
+
+
+def test_drafting_an_internal_workaround_is_refused_in_one_line():
+    result = CliRunner().invoke(upstream_group, ["draft", "_layer_types_of_cache_maps", "--no-run"])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "exportbot's own code (internal): no upstream issue to draft" in result.output
+    assert len(result.output.strip().splitlines()) == 1

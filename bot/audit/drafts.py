@@ -87,6 +87,11 @@ class TrackedItem:
     internal: str | None = None  # a workaround of exportbot's own code: why it is not an upstream bug
 
     @property
+    def untracked(self) -> bool:
+        """Neither linked nor exportbot-internal: an item that needs an upstream issue (a draft, a search)."""
+        return not self.upstream and not self.internal
+
+    @property
     def repository(self) -> str | None:
         """owner/name of the tracker that would carry the fix (None: a dependency without a known one)."""
         return REPOSITORIES.get(normalize_name(self.dependency or ""))

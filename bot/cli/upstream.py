@@ -184,7 +184,9 @@ def draft_command(ids: tuple[str, ...], all_items: bool, no_run: bool, timeout: 
     if bool(ids) == all_items:
         raise UsageProblem("name item ids, or --all (every item without an upstream issue), not both")
     drafts = Drafts(registry_dir)
-    items = [item for item in drafts.items if not item.upstream] if all_items else drafts.select(ids)
+    items = [item for item in drafts.items if item.untracked] if all_items else drafts.select(ids)
+    if internal := [item.id for item in items if item.internal]:
+        raise UsageProblem(f"{', '.join(internal)} work around exportbot's own code (internal): no upstream issue to draft")
     console = Console(stderr=True)
     refused = []
     with CountedProgress(console, "draft") as progress:
@@ -324,7 +326,7 @@ def find_command(ids: tuple[str, ...], cache_file: Path, max_wait: float, as_jso
     from bot.github.tracker import _token_from_env
 
     drafts = Drafts(registry_dir)
-    items = drafts.select(ids) if ids else [item for item in drafts.items if not item.upstream]
+    items = drafts.select(ids) if ids else [item for item in drafts.items if item.untracked]
     linked = [item.id for item in items if item.upstream]
     if linked:
         raise UsageProblem(f"{', '.join(linked)} already link an upstream issue; find searches for items without one")
