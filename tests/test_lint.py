@@ -133,7 +133,7 @@ SPECIFIC = (
         pytest.param(
             SKIPS,
             block(SKIP_KEYS, scope='"sometimes"'),
-            [(5, "entry 'skip-a': 'scope' must be one of all, dynamic, static, generate, got 'sometimes'")],
+            [(5, "entry 'skip-a': 'scope' must be one of all, dynamic, static, generate, quantize, got 'sometimes'")],
             id="scope-unknown",
         ),
         pytest.param(
