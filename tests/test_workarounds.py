@@ -285,6 +285,10 @@ COVERAGE: dict[str, list[str]] = {
         "test_executorch_lowering.py::test_merge_check_over_bitset_closures_answers_as_the_original_on_random_partitions",
         "test_executorch_lowering.py::test_patches_change_nothing_in_the_serialized_program",
     ],
+    "_patch_group_scales_as_xnnpack_stores_them": [
+        "test_quantize.py::test_executorch_8da4w_matches_torchao_only_with_its_scales_in_bf16"],
+    "_patch_scalar_constants_keep_their_dtype": [
+        "test_quantize.py::test_executorch_int8_calibrates_xnnpacks_quantizer_and_matches_the_converted_program"],
     "_patch_guards_fn_whoever_calls": [
         "test_patches_dynamo.py::test_the_second_shape_keeps_the_guards_when_an_executorch_file_asks_for_it",
         "test_executorch.py::test_a_dynamic_lowering_is_validated_at_a_second_shape_its_guards_allow"],
