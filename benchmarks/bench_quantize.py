@@ -84,7 +84,8 @@ def _verdicts(record: dict[str, Any]) -> dict[str, Any]:
         quality = {k: (record.get("quality") or {}).get(k) for k in ("status", "cosine", "top1_agreement", "summary")}
     worst = max(fidelity.items(), key=lambda item: item[1]["steps"], default=(None, None))
     return {"fidelity_worst_output": worst[0], "fidelity_max_abs_diff": worst[1] and worst[1]["max_abs_diff"],
-            "fidelity_steps": worst[1] and round(worst[1]["steps"], 6), "quality": quality}
+            "fidelity_steps": worst[1] and round(worst[1]["steps"], 6),
+            "fidelity_envelope_steps": worst[1] and round(worst[1].get("envelope_steps", 0.0), 6), "quality": quality}
 
 
 def export_llama(checkpoint: Path, backend: str, scheme: str | None, out: Path) -> dict[str, Any]:

@@ -259,9 +259,9 @@ def _same(first: list[tuple[str, torch.Tensor]], second: list[tuple[str, torch.T
     )
 
 
-def _with_own_tolerance(name: str, expected: torch.Tensor, actual: Any,
-                        tolerance: Callable[[str, torch.Tensor], tuple[float, float]]) -> OutputCheck:
-    atol, rtol = tolerance(name, expected)
+def _with_own_tolerance(name: str, expected: torch.Tensor, actual: Any, inputs: Mapping[str, Any],
+                        tolerance: Callable[[str, torch.Tensor, Mapping[str, Any]], tuple[float, float]]) -> OutputCheck:
+    atol, rtol = tolerance(name, expected, inputs)
     return replace(compare_output(name, expected, actual, atol, rtol), atol=atol)
 
 
@@ -273,15 +273,15 @@ def check_shape(
     atol: float,
     rtol: float,
     run_reference: Callable[[Mapping[str, Any]], Any] | None = None,
-    tolerance: Callable[[str, torch.Tensor], tuple[float, float]] | None = None,
+    tolerance: Callable[[str, torch.Tensor, Mapping[str, Any]], tuple[float, float]] | None = None,
 ) -> ShapeCheck:
     """Run eager twice and the artifact once on ``inputs`` and compare every output by position.
 
     ``run_reference`` (eager in float64) is called only when an output mismatches, to tell an artifact that is
     wrong from eager that is not accurate enough at the elements that miss (``eager_not_accurate_enough``);
     a reference that fails to run, or gives other outputs, leaves the mismatch as it is. ``tolerance`` gives
-    each output its own ``(atol, rtol)`` from its name and eager value (a quantized export's one output step,
-    exporters.quantize.fidelity), recorded in its check; without it every output takes ``atol``/``rtol``."""
+    each output its own ``(atol, rtol)`` from its name, eager value and the inputs (a quantized export's one
+    output step, or its flip envelope on these inputs: exporters.quantize.fidelity), recorded in its check; without it every output takes ``atol``/``rtol``."""
     shapes = {name: list(value.shape) for name, value in inputs.items() if isinstance(value, torch.Tensor)}
     check = ShapeCheck(label, shapes)
     with torch.no_grad():
@@ -299,7 +299,7 @@ def check_shape(
     if tolerance is None:
         check.outputs = [compare_output(n, e, a, atol, rtol) for (n, e), a in zip(expected, actual)]
     else:
-        check.outputs = [_with_own_tolerance(n, e, a, tolerance) for (n, e), a in zip(expected, actual)]
+        check.outputs = [_with_own_tolerance(n, e, a, inputs, tolerance) for (n, e), a in zip(expected, actual)]
     if run_reference is not None and any(output.status == MISMATCH for output in check.outputs):
         try:
             with torch.no_grad():

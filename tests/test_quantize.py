@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from exporters.quantize import QuantizeConfig, QuantizeError
-from exporters.quantize.fidelity import output_step
+from exporters.quantize.fidelity import FLIP_MARGIN, fidelity_tolerance, nudged_run, output_step
 from exporters.quantize.quality import (
     INCONCLUSIVE,
     MISMATCH,
@@ -51,6 +51,71 @@ def test_one_output_step_is_the_range_over_255():
     assert output_step(torch.tensor([float("-inf"), 0.0, 2.55])) == pytest.approx(0.01)
     assert output_step(torch.tensor([3, 4])) == 0.0  # integers: no grid
 
+
+
+class _RequantizedStack(torch.nn.Module):
+    """Sixteen residual layers, each ``nn.Linear`` quantizing its input at run time as ONNX int8's reference does
+    (``DynamicQuantizeLinear``): deep enough for rounding flips to compound past one output step."""
+
+    def __init__(self, depth: int = 16, width: int = 64, shift_one_step: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(depth))
+        self.norm = torch.nn.LayerNorm(width)
+        for layer in self.layers:
+            layer.register_forward_pre_hook(self._shifted if shift_one_step else self._quantized)
+
+    @staticmethod
+    def _quantized(_module, args):
+        from exporters.onnx.quantize import dynamic_quantize_linear
+
+        return (dynamic_quantize_linear(args[0]),)
+
+    @staticmethod
+    def _shifted(module, args):  # a zero point off by one: every activation one step off
+        from exporters.onnx.quantize import dynamic_quantize_linear
+
+        x = args[0]
+        return (dynamic_quantize_linear(x) + (torch.clamp(x.max(), min=0) - torch.clamp(x.min(), max=0)) / 255,)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = self.norm(x + torch.nn.functional.gelu(layer(x)))
+        return x
+
+
+def _allowed(tolerance, expected, inputs):
+    atol, rtol = tolerance("output", expected, inputs)
+    return atol + rtol * expected.abs()
+
+
+def test_rounding_flips_past_one_step_pass_within_the_flip_envelope_and_a_zero_point_bug_does_not():
+    reference = _RequantizedStack().eval()
+    inputs = {"x": torch.randn(4, 32, 64, generator=torch.Generator().manual_seed(1))}
+    layers = [f"layers.{i}" for i in range(16)]
+    with torch.no_grad():
+        expected = reference(**inputs)
+        broken = _RequantizedStack(shift_one_step=True).eval()(**inputs)
+    step = output_step(expected)
+    # Another accumulation order (stood in for by other one-ulp nudges) flips codes that compound past one step,
+    rounded_otherwise = nudged_run(reference, layers, inputs, seed=7)
+    assert (rounded_otherwise - expected).abs().max() > step + 1e-4 + 1e-3 * expected.abs().max()
+    seen = {}
+    tolerance = fidelity_tolerance(1e-4, 1e-3, reference, layers, lambda name, s, e: seen.update({name: e / s}))
+    allowed = _allowed(tolerance, expected, inputs)
+    assert ((rounded_otherwise - expected).abs() <= allowed).all()  # within the envelope the reference measured
+    assert 1.0 < seen["output"] < 3.0
+    assert ((broken - expected).abs() > allowed).any()  # a real bug stays caught
+    assert float((broken - expected).abs().max()) > FLIP_MARGIN * seen["output"] * step
+
+
+def test_without_layers_quantized_at_run_time_the_tolerance_is_one_step():
+    reference = _RequantizedStack().eval()
+    inputs = {"x": torch.randn(4, 32, 64, generator=torch.Generator().manual_seed(1))}
+    with torch.no_grad():
+        expected = reference(**inputs)
+    atol, rtol = fidelity_tolerance(1e-4, 1e-3, reference, [])("output", expected, inputs)
+    assert (atol, rtol) == (pytest.approx(1e-4 + output_step(expected)), 1e-3)
 
 # ── Quality: what can and cannot be told ──
 def _logits(sharpness: float, rows: int = 12, vocab: int = 50, seed: int = 0) -> torch.Tensor:

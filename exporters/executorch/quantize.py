@@ -99,7 +99,7 @@ def quantize_with_torchao(model: torch.nn.Module, config: QuantizeConfig) -> Qua
     return QuantizedExport(
         config, "executorch", quantized.eval(),
         f"torchao Int8DynamicActivationIntxWeightConfig(weight_dtype={bits}, weight_granularity={grouping})",
-        quantized=sorted(layers), per_channel=sorted(per_channel),
+        quantized=sorted(layers), requantized=sorted(layers), per_channel=sorted(per_channel),
         int8_fallback=sorted(eight_bit) if bits == torch.int4 else [], kept_float=unquantized_matmul_layers(quantized))
 
 

@@ -56,7 +56,8 @@ def quantize_onnx(model: ir.Model, float_model: torch.nn.Module, config: Quantiz
               f"accuracy_level=0, op_types_to_quantize={_op_types(config)})")
     record = QuantizedExport(config, "onnx", reference, method,
                              quantized=[layers[n][0] for n in sorted(layers)] + [embeddings[n] for n in sorted(embeddings)],
-                             kept_float=kept_float)
+                             kept_float=kept_float,
+                             requantized=[layers[n][0] for n in sorted(layers)] if config.scheme == "int8" else [])
     return ir.serde.deserialize_model(quantized), record
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from exporters.quantize.calibration import random_batch
-from exporters.quantize.fidelity import Tolerance, one_step_tolerance, output_step
+from exporters.quantize.fidelity import Tolerance, fidelity_tolerance
 from exporters.quantize.quality import INCONCLUSIVE, QualityReport, compare_output, judged, rows_of
 from exporters.quantize.schemes import QuantizeConfig
 from exporters.validation import named_tensors
@@ -40,21 +40,25 @@ class QuantizedExport:
     int8_fallback: list[str] = field(default_factory=list)  # 8da4w layers no int4 layout of XNNPACK takes (int8)
     kept_float: dict[str, str] = field(default_factory=dict)  # a layer left in float, and why
     calibration_batches: int = 0
+    # Layers of ``reference`` that quantize their input at run time (ONNX int8, torchao 8da4w/8da8w): where rounding
+    # flips arise, nudged to measure the flip envelope (exporters.quantize.fidelity).
+    requantized: list[str] = field(default_factory=list)
     steps: dict[str, float] = field(default_factory=dict)  # output -> its largest 8-bit step seen (fidelity)
+    envelopes: dict[str, float] = field(default_factory=dict)  # output -> its largest flip envelope seen
     quality: QualityReport | None = None
     # Set by a caller that knows the weights are random (the tiny factory, a checkpoint without weights): a random
     # model's quantization error says nothing about a trained one's, so quality is recorded and inconclusive.
     random_weights: bool = False
 
     def tolerance(self, atol: float, rtol: float) -> Tolerance:
-        """The fidelity tolerance: the backend's float one plus one step of each output (recording the steps)."""
-        one_step = one_step_tolerance(atol, rtol)
+        """The fidelity tolerance: the backend's float one plus one step of each output, or twice its flip
+        envelope where that is larger (recording both)."""
 
-        def tolerance(name: str, reference: torch.Tensor) -> tuple[float, float]:
-            self.steps[name] = max(self.steps.get(name, 0.0), output_step(reference))
-            return one_step(name, reference)
+        def record(name: str, step: float, envelope: float) -> None:
+            self.steps[name] = max(self.steps.get(name, 0.0), step)
+            self.envelopes[name] = max(self.envelopes.get(name, 0.0), envelope)
 
-        return tolerance
+        return fidelity_tolerance(atol, rtol, self.reference, self.requantized, record)
 
     def check_quality(self, run_loaded: Callable[[Mapping[str, Any]], Any], cases: list[tuple[str, dict[str, Any]]],
                       float_model: torch.nn.Module, gates: bool = True) -> QualityReport:
@@ -77,9 +81,11 @@ class QuantizedExport:
         return report
 
     def fidelity(self, max_abs_diff: Mapping[str, float]) -> dict[str, dict[str, float]]:
-        """Per output: the largest difference from the reference, its 8-bit step, and their ratio (in steps)."""
+        """Per output: the largest difference from the reference, its 8-bit step, their ratio (in steps), and
+        the flip envelope in steps (0 where nothing is quantized at run time)."""
         return {name: {"max_abs_diff": diff, "step": self.steps[name],
-                       "steps": diff / self.steps[name] if self.steps[name] else 0.0}
+                       "steps": diff / self.steps[name] if self.steps[name] else 0.0,
+                       "envelope_steps": self.envelopes.get(name, 0.0) / self.steps[name] if self.steps[name] else 0.0}
                 for name, diff in max_abs_diff.items() if name in self.steps}
 
     def as_dict(self, max_abs_diff: Mapping[str, float] | None = None) -> dict[str, Any]:
