@@ -156,6 +156,22 @@ def interrupts_recorded() -> Iterator[None]:
         _interrupted.clear()
 
 
+def interrupted_behind(error: BaseException) -> bool:
+    """Whether ``error`` is a Ctrl-C in disguise: a KeyboardInterrupt in its chain (torch.export re-raises one
+    that lands in its tracer as ``RuntimeError``; seen in the Ctrl-C test under load), or a SIGINT recorded
+    while it was raised. The flag is cleared, as ``raise_if_interrupted`` clears it."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            _interrupted.clear()
+            return True
+        seen = seen.__cause__ or seen.__context__
+    if _interrupted.is_set():
+        _interrupted.clear()
+        return True
+    return False
+
+
 def raise_if_interrupted() -> None:
     """Raise the KeyboardInterrupt of a Ctrl-C received since the last call, if Python swallowed it."""
     if _interrupted.is_set():

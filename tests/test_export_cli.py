@@ -273,6 +273,25 @@ def test_ctrl_c_exits_130_and_leaves_nothing_half_written(tmp_path: Path):
     assert record["status"] == "interrupted" and record["failed_stage"] == "torch.export"
 
 
+def test_a_ctrl_c_that_torch_wraps_in_another_exception_is_still_an_interruption(tmp_path: Path, monkeypatch):
+    """torch.export re-raises a KeyboardInterrupt that lands in its tracer as a RuntimeError: still a Ctrl-C
+    (exit 130, recorded as interrupted), not a failed export; seen when the test above ran under load."""
+    import bot.run.runner as runner
+    from bot.outcome import ExportRequest
+
+    def interrupted_inside_torch(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise RuntimeError("While executing %getattr_1 : [num_users=1] = ...") from interrupt
+
+    monkeypatch.setattr(runner, "_build", interrupted_inside_torch)
+    with pytest.raises(KeyboardInterrupt):
+        runner.export_one(ExportRequest("BertModel", "onnx", out_dir=tmp_path / "out"))
+    record = json.loads((tmp_path / "out.failed.json").read_text())
+    assert (record["status"], record["failed_stage"]) == ("interrupted", "building model")
+
+
 def test_ctrl_c_in_audit_exits_130_with_a_progress_line_naming_the_entry(tmp_path: Path):
     log = tmp_path / "stderr.txt"
     environment = os.environ | {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}

@@ -154,7 +154,7 @@ def test_the_sweep_exports_the_lively_build_and_says_when_none_was(monkeypatch):
 
     seen = {}
 
-    def fake_outcome(model_class, backend, out_dir, seed=0, overrides=None, without=()):
+    def fake_outcome(model_class, backend, out_dir, seed=0, overrides=None, without=(), quantize=None):
         seen.update(seed=seed, overrides=overrides)
         outcome = ExportOutcome(model_class, backend, True, "inconclusive", 0.0, error="generate: degenerate")
         outcome.options = {"task": "generation"}

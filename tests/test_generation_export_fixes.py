@@ -91,7 +91,7 @@ def test_a_generation_build_failure_and_a_mismatch_name_their_stage(monkeypatch,
     assert built.traceback_tail and "unbuildable" in built.traceback_tail
     assert "--task text2text-generation" in built.hint  # an encoder-decoder is reproduced with its own task
 
-    mismatch = types.SimpleNamespace(status="mismatch", results={}, check=None,
+    mismatch = types.SimpleNamespace(status="mismatch", results={}, check=None, quantization_record=lambda: {},
                                      problems=lambda: ["generate: first differing token at step 5, row 1"])
     monkeypatch.setattr(bot.run.generation, "export_generation", lambda *args, **kwargs: mismatch)
     off = generation_outcome("GitForCausalLM", "onnx", tmp_path / "git")

@@ -89,7 +89,11 @@ def test_saved_dynamic_model_matches_eager_at_both_shapes(onnx_export, tmp_path:
 
 def test_stage_banners_are_in_order_and_workarounds_greppable():
     source = Path(exporter_onnx.__file__).read_text()
-    assert [int(n) for n in re.findall(r"^# ── Stage (\d+):", source, flags=re.M)] == [1, 2, 3, 4, 5]
+    banners = [(int(m[1]), m.start()) for m in re.finditer(r"^# ── Stage (\d+):", source, flags=re.M)]
+    assert [number for number, _ in banners] == [1, 2, 3, 4, 5, 6, 7]
+    starts = dict(banners)
+    for stage, name in [(5, "apply_ir_fixes"), (6, "fuse_for_ort"), (7, "quantize")]:  # each stage's function under it
+        assert starts[stage] < source.index(f"\ndef {name}(") < starts.get(stage + 1, len(source)), (stage, name)
     workarounds = re.findall(r"^def ((?:_patch_|_fix_|_aten_)\w+)", source, flags=re.M)
     assert "_fix_reshape_of_strided" in workarounds and "_patch_exact_zero_in_no_op_rules" in workarounds
 

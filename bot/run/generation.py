@@ -80,7 +80,7 @@ def recorded_generation(outcome: ExportOutcome, out_dir: Path, progress: Callabl
     KV cache to carry is ``skipped`` with the reason, and other bad input a ``build-error``, unless
     ``usage_raises`` (the CLI: exit 2, nothing recorded, as for any bad input), which also lets ``LedgerSkip``
     through."""
-    from exporters.stages import preload_executorch, stage_events
+    from exporters.stages import interrupted_behind, preload_executorch, stage_events
 
     if outcome.backend == "executorch":
         preload_executorch()  # so that the stages follow its lowering steps
@@ -98,13 +98,13 @@ def recorded_generation(outcome: ExportOutcome, out_dir: Path, progress: Callabl
                 outcome.error = str(error).strip()[:4000]
                 outcome.cause = (outcome.error.splitlines() or [""])[0]
             return None
-        except KeyboardInterrupt:
-            outcome.status, outcome.failed_stage = INTERRUPTED, stages.stopped_at
+        except (KeyboardInterrupt, Exception) as error:
+            if not interrupted_behind(error):  # the export failed: that is the result, with its cause and traceback
+                record_raised_generation(outcome, error, stages.failed, out_dir)
+                return None
+            outcome.status, outcome.failed_stage = INTERRUPTED, stages.stopped_at  # a Ctrl-C, maybe wrapped by torch
             record_failure(outcome, out_dir)
-            raise
-        except Exception as error:  # the export failed: that is the result, with its cause and traceback
-            record_raised_generation(outcome, error, stages.failed, out_dir)
-            return None
+            raise KeyboardInterrupt from error
         finally:
             outcome.seconds = round(time.perf_counter() - started, 3)
     outcome.status = export.status

@@ -232,7 +232,10 @@ def _failed(
     """Record a raised failure: one-line cause, stage and hint in the outcome; the full text and traceback
     in the failure record beside ``out_dir``."""
     from bot.errors import hint_for, options_given
+    from exporters.stages import interrupted_behind
 
+    if interrupted_behind(error):  # export_one records it as interrupted; the CLI exits 130
+        raise KeyboardInterrupt from error
     fill_raised(outcome, status, error, stage)
     given = options_given(outcome.dynamic, request.optimize, request.options.dtype)
     outcome.hint = hint_for(f"{error}\n{outcome.cause}", stage, request.backend, given, request.without)
