@@ -1,7 +1,8 @@
 """``--ort-fusions``: ONNX Runtime's fused operators in a generation bundle, validated token for token.
 
-One tiny Llama generation export (ONNX) with the fusions; its written graphs hold the fused operators, its
-validation (from the files, against eager ``generate``) passed, and it generates eager's tokens past 64.
+One tiny Llama generation export (ONNX) with the fusions; its written graphs hold the fused operators (decode's
+attention too: every cache input shares one past length), its validation (from the files, against eager
+``generate``) passed, and it generates eager's tokens past 64.
 """
 
 from __future__ import annotations
@@ -34,6 +35,15 @@ def test_the_fused_bundle_holds_onnxruntime_ops_and_validates(fused_bundle):
     manifest = json.loads((out / "export.json").read_text())
     check = manifest["generation"]["validation"]
     assert check["status"] == "pass" and check["eager_tokens"] == check["exported_tokens"]
+
+
+def test_decode_attention_fuses_over_one_shared_past_length(fused_bundle):
+    out, _ = fused_bundle
+    graph = onnx.load(str(out / "decode.onnx")).graph
+    pasts = {i.name: i.type.tensor_type.shape.dim[2].dim_param for i in graph.input if i.name.startswith("past_")}
+    assert len(set(pasts.values())) == 1 and "" not in pasts.values(), pasts
+    attention = [n for n in graph.node if n.op_type in ("MultiHeadAttention", "GroupQueryAttention")]
+    assert len(attention) == 2, Counter(n.op_type for n in graph.node)  # one per layer of the tiny Llama
 
 
 def test_the_fused_bundle_generates_eagers_tokens_past_the_old_cap(fused_bundle):
