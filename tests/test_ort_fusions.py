@@ -57,6 +57,19 @@ def test_the_fused_bundle_generates_eagers_tokens_past_the_old_cap(fused_bundle)
     assert check.status == "pass", check.detail
 
 
+def test_decode_attention_fuses_without_grouped_query_heads(tmp_path):
+    """As many key/value heads as query heads: no ``repeat_kv`` between the cache and the attention, so the
+    SDPA rule binds the batch from the cache output itself, which the graph must name as its inner values."""
+    from bot.run.generation import export_generation
+
+    out = tmp_path / "llama-mha"
+    export = export_generation("LlamaForCausalLM", "onnx", out, task="text-generation", ort_fusions=True,
+                               overrides={"num_key_value_heads": 4})
+    assert export.status == "pass", export.problems()
+    ops = Counter(node.op_type for node in onnx.load(str(out / "decode.onnx")).graph.node)
+    assert ops["MultiHeadAttention"] == 2, ops
+
+
 def test_ort_fusions_is_an_onnx_option(tmp_path):
     result = CliRunner().invoke(main, ["export", "LlamaForCausalLM", "--task", "text-generation", "--backend",
                                        "executorch", "--ort-fusions", "--out", str(tmp_path / "out")])
