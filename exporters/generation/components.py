@@ -235,7 +235,9 @@ class ComponentPlan:
     inputs: dict[str, torch.Tensor]
     dynamic_shapes: dict[str, Any]
     second_inputs: dict[str, torch.Tensor] | None = None
-    past_of_one: bool = False  # runs with a past of length 1: traced size-oblivious (generation_export)
+    # traced size-oblivious (exporters.generation.export.size_oblivious_tracing): a decode that meets a past of
+    # length 1, or whose caches share one named past dim
+    size_oblivious: bool = False
     # ``[(label, inputs)]`` below the traced ranges: a one-token prompt, batch 1 (exporters.minimum_sizes)
     smaller_inputs: list[tuple[str, dict[str, torch.Tensor]]] = field(default_factory=list)
 
@@ -269,10 +271,13 @@ def plan_components(
 ) -> list[ComponentPlan]:
     """The components of a generation export; decode's sample cache comes from running eager prefill once.
 
-    Dims: ``batch`` and the prompt's ``sequence`` are named dims shared by every input that has them. The
-    past length is ``Dim.AUTO``: as a named dim, torch 2.13's constraint solver rejects the contiguity guard
-    of the cache's ``cat`` (``Min(8*past + 8, 16*past + 16) == 8*past + 8``, true for every past length) as a
-    constraint violation; ``Dim.AUTO`` keeps the same dynamic dim without asking the solver to prove it.
+    Dims: ``batch`` and the prompt's ``sequence`` are named dims shared by every input that has them. A
+    decoder-only decode's past length is one named ``past`` dim shared by every cache input, traced
+    size-oblivious (exporters.generation.export.size_oblivious_tracing says why); should torch still refuse
+    it for a model, export_component retries it as ``Dim.AUTO`` (each cache input then gets its own symbol,
+    and decode attention does not fuse). An encoder-decoder's past is ``Dim.AUTO``: as a named dim, torch's
+    constraint solver rejects the contiguity guard of the cache's ``cat`` (``Min(8*past + 8, 16*past + 16) ==
+    8*past + 8``, true for every past length) as a constraint violation.
     """
     # A vision tower hands back one feature tensor per image (a Python list over the batch), so torch.export
     # specialises the batch of a vision-language prefill: its bundles keep the sample's batch.
@@ -344,10 +349,14 @@ def _plan_decoder_only(model: torch.nn.Module, inputs: dict[str, Any], batch: An
     second = _second_prompt(prompt, ("input_ids", "attention_mask"), static_batch)
     sequence = Dim("sequence", min=1, max=longest)
     step = decode_inputs(prompt)
+    # One named past dim for every cache input (keys, values, indexer states alike: they all grow by one token a
+    # step, sliding-window layers included since new_cache keeps them whole): the exported graph then has one
+    # past length, which onnxscript's attention fusions need to fuse decode attention (docs/generation.md).
+    past = Dim("past", min=1, max=longest - 1)
     decode_spec = {
         "input_ids": {0: batch},
         "attention_mask": {0: batch, 1: Dim.AUTO(min=2, max=longest)},
-        **cache_dynamic_shapes(step, "past", batch, Dim.AUTO(min=1, max=longest - 1)),
+        **cache_dynamic_shapes(step, "past", batch, past),
     }
     smaller = _smaller_prompts(prompt, static_batch, "left")
     return [
@@ -355,7 +364,8 @@ def _plan_decoder_only(model: torch.nn.Module, inputs: dict[str, Any], batch: An
                       {"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence},
                        **({IMAGE_INPUT: {0: batch}} if IMAGE_INPUT in prompt else {})}, second, smaller_inputs=smaller),
         ComponentPlan("decode", DecoderOnlyStep(model, with_past=True).eval(), step, decode_spec,
-                      decode_inputs(second), smaller_inputs=[(label, decode_inputs(p)) for label, p in smaller]),
+                      decode_inputs(second), size_oblivious=True,
+                      smaller_inputs=[(label, decode_inputs(p)) for label, p in smaller]),
     ]
 
 
@@ -402,7 +412,7 @@ def _plan_encoder_decoder(model: torch.nn.Module, inputs: dict[str, Any], batch:
     smaller = _smaller_prompts(prompt, static_batch, "right")
     return [
         ComponentPlan("prefill", prefill, prompt, prefill_spec, second, smaller_inputs=smaller),
-        ComponentPlan("decode", decode, step, decode_spec, decode_inputs(second), past_of_one=True,
+        ComponentPlan("decode", decode, step, decode_spec, decode_inputs(second), size_oblivious=True,
                       smaller_inputs=[(label, decode_inputs(p)) for label, p in smaller]),
     ]
 

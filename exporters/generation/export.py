@@ -220,8 +220,11 @@ def size_oblivious_tracing() -> Any:
     Without it torch.export assumes a dynamic dim is at least 2 (its 0/1 specialisation) and records its
     range from 2; an encoder-decoder's first decode step has a self-attention past of exactly 1 (the start
     token). Size-oblivious tracing proves the graph for size 1 as well (the token comparison runs that
-    step). Only decode components that meet a past of 1 use it: on a decoder-only prefill it turns Llama's
-    ``batch != 1`` mask shortcut into a guard that the named batch dim (min 1) violates.
+    step). A decoder-only decode uses it for its named ``past`` dim (one symbol shared by every cache input):
+    traced the usual way, the cache ``cat``'s contiguity guard ``Min(8*past + 8, 16*past + 16) == 8*past + 8``
+    is one torch 2.13's solver cannot prove over the named range; size-oblivious, it is not emitted. Only
+    decode components use it: on a decoder-only prefill it turns Llama's ``batch != 1`` mask shortcut into a
+    guard that the named batch dim (min 1) violates.
     """
     import torch.fx.experimental._config as fx_config
 
@@ -242,7 +245,7 @@ def export_component(exporter: Any, plan: ComponentPlan) -> ExportResult:
     """
     def run(spec: dict[str, Any]) -> ExportResult:
         component_config = dataclasses.replace(exporter.config, dynamic=True, dynamic_shapes=spec)
-        with size_oblivious_tracing() if plan.past_of_one else contextlib.nullcontext():
+        with size_oblivious_tracing() if plan.size_oblivious else contextlib.nullcontext():
             return type(exporter)(component_config).export(plan.module, plan.inputs)
 
     try:

@@ -23,6 +23,7 @@ ledger) for the export's mode, or ``OnnxConfig(optimize=False)``.
 from __future__ import annotations
 
 import functools
+import re
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -210,14 +211,19 @@ def name_graph(model: ir.Model, component: ComponentSpec, placeholders: list[str
     graph = model.graph
     by_placeholder = dict(zip(placeholders, component.inputs))
     taken = []
+    symbol_names: dict[str, set[str]] = {}
     for value in graph.inputs:
         spec = by_placeholder.get(value.name)
         if spec is None:
             raise ValueError(f"ONNX graph input {value.name!r} is none of the program's inputs {placeholders}")
+        for old, new in zip(value.shape or (), spec.shape):
+            if isinstance(old, ir.SymbolicDim) and old.value and isinstance(new, str):
+                symbol_names.setdefault(old.value, set()).add(new)
         value.name = spec.name
         value.shape = _shape(spec.shape)
         taken.append(spec)
     component.inputs = taken
+    _rename_inner_dims(graph, {old: names.pop() for old, names in symbol_names.items() if len(names) == 1})
     if len(graph.outputs) != len(component.outputs):
         raise ValueError(f"the ONNX graph has {len(graph.outputs)} outputs, the program {len(component.outputs)}")
     input_names = {spec.name for spec in taken}
@@ -229,6 +235,26 @@ def name_graph(model: ir.Model, component: ComponentSpec, placeholders: list[str
             spec.name = f"{spec.name}_output"
         value.name = spec.name
         value.shape = _shape(spec.shape)
+
+
+def _rename_inner_dims(graph: ir.Graph, names: Mapping[str, str]) -> None:
+    """Give the graph's inner values the input dims' names (``s2`` → ``batch``, ``s15 + 1`` → ``past + 1``).
+
+    Why: onnxscript's fusion rules bind a dim by name across a pattern's values, graph inputs and outputs and
+    inner values alike. Its SDPA rule binds the batch from a decode's query (inner: torch's ``s2``) and from
+    ``present_key_0`` (an output: ``batch``) and fails the match on two names of one batch: a Llama without
+    grouped-query heads got no fused decode attention. A torch symbol that two input dims name differently
+    (torch.onnx's own shapes, above) keeps its name.
+    """
+    if not names:
+        return
+    word = re.compile(r"\b(" + "|".join(re.escape(old) for old in sorted(names, key=len, reverse=True)) + r")\b")
+    for node in graph:
+        for value in node.outputs:
+            if value.shape is None or value.is_graph_output():
+                continue
+            value.shape = ir.Shape([ir.SymbolicDim(word.sub(lambda m: names[m.group(1)], dim.value))
+                                    if isinstance(dim, ir.SymbolicDim) and dim.value else dim for dim in value.shape])
 
 
 def _shape(dims: list[int | str]) -> ir.Shape:
