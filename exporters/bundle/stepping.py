@@ -31,8 +31,11 @@ import torch
 __all__ = ["ComponentSession", "OrtSession", "check_decode_steps", "open_session"]
 
 Component = Callable[..., Mapping[str, torch.Tensor]]
-TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-                "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "bool": torch.bool}
+
+
+def _torch_dtype(array: np.ndarray) -> torch.dtype:
+    """The torch dtype of a numpy array, as torch itself maps it (every dtype both have, no table to keep)."""
+    return torch.from_numpy(np.empty(0, dtype=array.dtype)).dtype
 
 
 def _past_name(output: str) -> str:
@@ -163,7 +166,7 @@ class OrtSession:
             self.mask[:, : prompt_mask.shape[1]] = prompt_mask
             self.length = prompt_mask.shape[1]
             step["attention_mask"] = self.mask[:, : self.length + 1]
-        check_decode_steps(self.decode_component, {n: (v.shape, TORCH_DTYPES[str(v.dtype)]) for n, v in step.items()},
+        check_decode_steps(self.decode_component, {n: (v.shape, _torch_dtype(v)) for n, v in step.items()},
                            self.layout, steps)
         self.feed = {name: step[name] for name in self.decode_inputs}
         return out["logits"]
