@@ -48,9 +48,10 @@ def check_request(
 
 
 def check_generation_request(backend: str, out_dir: Path | None, *, et_backend: str | None,
-                             no_optimize: bool, without: tuple[str, ...], ort_fusions: bool = False) -> None:
+                             no_optimize: bool, without: tuple[str, ...], ort_fusions: bool = False,
+                             cache: str | None = None) -> None:
     """``check_request``'s checks that apply to a generation export (its own options are checked where it
-    starts, before any work): ``--out``, the backend's options, the ``--without`` names."""
+    starts, before any work): ``--out``, the backend's options, the ``--without`` names, ``--cache``."""
     if out_dir is not None:
         check_writable(out_dir)
     if et_backend is not None and backend != "executorch":
@@ -58,6 +59,9 @@ def check_generation_request(backend: str, out_dir: Path | None, *, et_backend: 
     for flag, given in (("--no-optimize", no_optimize), ("--ort-fusions", ort_fusions)):
         if given and backend != "onnx":
             raise UsageProblem(f"{flag} is an ONNX option; --backend is {backend}")
+    if cache == "in-place" and backend != "executorch":
+        raise UsageProblem(f"--cache in-place keeps the cache as ExecuTorch mutable buffers; --backend is {backend} "
+                           "(docs/generation.md: what the ONNX side lacks)")
     check_without(without, backend, et_backend or "xnnpack")
 
 

@@ -31,7 +31,7 @@ def export_generation_command(model: str, target: str, backend: str, task: str, 
                               no_optimize: bool = False, ort_fusions: bool = False, without: tuple[str, ...] = (),
                               ignore_ledger: bool = False,
                               init_scale: float | None = None, try_builds: bool = False, as_json: bool = False,
-                              outcome_json: Path | None = None, quantize: Any = None) -> None:
+                              outcome_json: Path | None = None, quantize: Any = None, cache: str | None = None) -> None:
     """``exportbot export MODEL --task <generation task>``: progress on stderr, the bundle's table (or with
     ``--json`` the outcome record) on stdout, every failure one line (and ``OUT.failed.json``), exit 1 unless it
     passed. ``target`` is what is built: MODEL, or the generating head the task gives a class name (BertModel →
@@ -53,7 +53,7 @@ def export_generation_command(model: str, target: str, backend: str, task: str, 
                 outcome, out_dir, display, usage_raises=True, task=task, seed=seed, batch_size=batch_size,
                 prompt_length=sequence_length, max_cache_len=max_sequence, et_backend=et_backend or "xnnpack",
                 optimize=not no_optimize, ort_fusions=ort_fusions, without=without, ignore_ledger=ignore_ledger,
-                init_scale=init_scale, try_builds=try_builds, quantize=quantize)
+                init_scale=init_scale, try_builds=try_builds, quantize=quantize, cache=cache or "dynamic")
     except LedgerSkip as skip:
         click.echo(f"{target}: {skip}\nUse --ignore-ledger to try the export anyway.")
         sys.exit(EXIT_FAILED)

@@ -110,6 +110,10 @@ def quiet_library_logs() -> None:
 @click.option("--ort-fusions", is_flag=True,
               help="ONNX: rewrite the graph into ONNX Runtime's fused ops (RMS/skip norm, rotary embedding, "
                    "attention where matched), validated like any export; runs in ONNX Runtime only.")
+@click.option("--cache", type=SuggestingChoice(["dynamic", "in-place"]), default=None,
+              help="Generation tasks: how the KV cache is held. dynamic: flat tensors into and out of every step; "
+                   "in-place (ExecuTorch, batch 1, full-attention decoders): mutable buffers of one method, "
+                   "updated in place, so a step feeds only its token [default: dynamic].")
 @click.option("--et-backend", type=SuggestingChoice(["xnnpack", "cuda"]), default=None,
               help="ExecuTorch delegate [default: xnnpack]; cuda needs a GPU.")
 @click.option("--without", multiple=True, metavar="NAME",
@@ -134,7 +138,7 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
                    batch_size: int, sequence_length: int, image_size: int | None, max_batch: int | None,
                    max_sequence: int | None, dynamic_dims: tuple[str, ...], opset: int | None, dtype: str | None,
                    atol: float | None, rtol: float | None, pretrained: bool, no_optimize: bool, ort_fusions: bool,
-                   et_backend: str | None, without: tuple[str, ...], ignore_ledger: bool, seed: int,
+                   cache: str | None, et_backend: str | None, without: tuple[str, ...], ignore_ledger: bool, seed: int,
                    init_scale: float | None, repro: str | None, as_json: bool, outcome_json: Path | None,
                    quantize: QuantizeConfig | None) -> None:
     """Export MODEL and check the artifact against the eager model.
@@ -152,6 +156,7 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
       exportbot export ViTModel --backend executorch --batch-size 1 --image-size 64
       exportbot export LlamaModel --dynamic-dim input_ids:1:2:32 --dynamic-dim attention_mask:1:2:32
       exportbot export LlamaForCausalLM --task text-generation --backend onnx --ort-fusions
+      exportbot export LlamaForCausalLM --task text-generation --backend executorch --cache in-place
       exportbot export LlamaForCausalLM --backend executorch --quantize 8da4w --group-size 64
       exportbot export ./ckpt --task text-generation --backend onnx --quantize int4 --min-equal-tokens 8
     """
@@ -164,16 +169,21 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
         from bot.cli.export_checks import check_generation_request
 
         check_generation_request(backend, out_dir, et_backend=et_backend, no_optimize=no_optimize, without=without,
-                                 ort_fusions=ort_fusions)
+                                 ort_fusions=ort_fusions, cache=cache)
         target = model if Path(model).is_dir() else generation
-        seed_given = click.get_current_context().get_parameter_source("seed") is not ParameterSource.DEFAULT
+        context = click.get_current_context()
+        seed_given = context.get_parameter_source("seed") is not ParameterSource.DEFAULT
+        if cache == "in-place" and context.get_parameter_source("batch_size") is ParameterSource.DEFAULT:
+            batch_size = 1  # the in-place cache serves batch 1 (an explicit --batch-size 2 is refused)
         return export_generation_command(model, target, backend, task, out_dir, seed=seed, batch_size=batch_size,
                                          sequence_length=sequence_length, max_sequence=max_sequence,
                                          et_backend=et_backend, no_optimize=no_optimize, ort_fusions=ort_fusions,
                                          without=without,
                                          ignore_ledger=ignore_ledger, init_scale=init_scale,
                                          try_builds=not seed_given and init_scale is None, as_json=as_json,
-                                         outcome_json=outcome_json, quantize=quantize)
+                                         outcome_json=outcome_json, quantize=quantize, cache=cache)
+    if cache is not None:
+        raise UsageProblem(f"--cache {cache} is a generation option: give --task text-generation")
 
     mode = "dynamic" if dynamic or dynamic_dims else "static"  # a --dynamic-dim makes the export dynamic
     out_dir = out_dir or Path("out") / f"{Path(model).name}-{backend}-{mode}"

@@ -388,7 +388,7 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
                       et_backend: str = "xnnpack", optimize: bool = True, without: tuple[str, ...] = (),
                       overrides: dict[str, Any] | None = None, ignore_ledger: bool = False,
                       stages: Any = None, init_scale: float | None = None, try_builds: bool = False,
-                      quantize: Any = None, ort_fusions: bool = False) -> Any:
+                      quantize: Any = None, ort_fusions: bool = False, cache: str = "dynamic") -> Any:
     """Export, validate from the written files, publish: the ``export --task <generation task>`` path.
 
     Raises ``LedgerSkip`` when an EXPORT_SKIPS entry gates this class's generation export on ``backend``
@@ -398,10 +398,12 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
     raised (``building model``, ``exporting components``, ``validating``) where no torch stage did.
     A tiny model (a class name) is built with ``init_scale`` when given; else, with ``try_builds``, as the
     sweep builds it: the first of the tiny builder's tries whose eager greedy path is not one token forever
-    (``lively_build``), every try recorded in the bundle's ``generation.source.tries``.
+    (``lively_build``), every try recorded in the bundle's ``generation.source.tries``. ``cache``: ``dynamic``
+    or ``in-place`` (exporters.generation.inplace; what it does not serve is a ``UsageProblem``).
     """
     from exporters.generation.components import GenerationExportConfig, sample_prompts
     from exporters.generation.export import check_quantize_for_generation, export_for_generation
+    from exporters.generation.inplace import InPlaceUnsupported
     from exporters.generation.support import GenerationUnsupported
     from exporters.quantize.schemes import QuantizeError
     from exporters.validation import ValidationError
@@ -416,7 +418,7 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
 
     if max_cache_len is not None:
         check_fits(max_cache_len)
-    config = GenerationExportConfig(max_cache_len=max_cache_len)
+    config = GenerationExportConfig(max_cache_len=max_cache_len, cache=cache)
     try:  # before any work: a scheme this backend or a generation bundle cannot take is one line, exit 2
         exporter = make_generation_exporter(backend, et_backend, optimize, without, quantize, ort_fusions)
         check_quantize_for_generation(exporter)
@@ -443,6 +445,8 @@ def export_generation(model: str, backend: str, out_dir: Path, task: str | None 
                                            new_tokens=new_tokens, on_component=announce)
         except GenerationUnsupported as error:  # found at the first eager prefill (no cache returned)
             raise NotForGeneration(str(error)) from None
+        except InPlaceUnsupported as error:  # refused before any tracing: bad input, exit 2
+            raise UsageProblem(str(error)) from None
     export.layout["source"] = source
     if quantize is not None:  # the weights' origin is known here, not in the exporter
         random = not source.get("weights", False)  # a tiny model, or a checkpoint without weights

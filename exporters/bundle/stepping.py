@@ -15,6 +15,8 @@ range is an interval and the cache grows by one per step), and then feeds the ru
   with an input of the next, which ``execute`` overwrites while it copies the inputs in).
 * anything else (``ComponentSession``): the components as callables on dicts of tensors (the eager wrappers, a
   ``.pt2`` program through the loader).
+* an in-place bundle (``InPlaceSession``, ``generation.cache == "in-place"``: exporters.generation.inplace): one
+  ExecuTorch method whose cache is its own mutable buffers; a step feeds only its tokens and their positions.
 
 ``prefill(prompt, fixed, steps)`` returns the last position's logits ``[batch, vocab]``; ``decode(tokens)`` takes
 the chosen tokens ``[batch]`` (int64) and returns the next logits. Both are numpy arrays the caller owns.
@@ -28,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["ComponentSession", "OrtSession", "check_decode_steps", "open_session"]
+__all__ = ["ComponentSession", "InPlaceSession", "OrtSession", "check_decode_steps", "open_session"]
 
 Component = Callable[..., Mapping[str, torch.Tensor]]
 
@@ -193,8 +195,48 @@ def _raw(component: Any) -> Component:
     return lambda **feed: dict(zip(outputs, runner(feed)))
 
 
-def open_session(bundle: Any) -> ComponentSession | OrtSession:
+class InPlaceSession:
+    """An in-place bundle's ``step`` method: the prompt at positions ``0 .. n-1``, then one token a step at the
+    next position; the cache never leaves the runtime (module docstring). Batch 1 and unpadded prompts, as the
+    bundle was exported (exporters.generation.inplace); the first and last step are checked against the
+    component's manifest before any runs, so a generation past ``max_cache_len`` fails in one line up front."""
+
+    def __init__(self, bundle: Any):
+        self.layout = bundle.metadata.generation
+        self.component = bundle.components["step"]
+        self.method = self.component.runner.method
+        self.tokens = torch.zeros((1, 1), dtype=torch.long)
+        self.position = torch.zeros(1, dtype=torch.long)
+
+    def prefill(self, prompt: Mapping[str, torch.Tensor], fixed: Mapping[str, torch.Tensor], steps: int) -> np.ndarray:
+        ids, mask = prompt["input_ids"], prompt["attention_mask"]
+        if ids.shape[0] != 1 or not bool(mask.all()):
+            raise ValueError(f"an in-place bundle generates for one unpadded prompt; got batch {ids.shape[0]}"
+                             + ("" if bool(mask.all()) else " with padding"))
+        length = ids.shape[1]
+        last = length + max(steps - 1, 0)
+        for tokens, position in ((ids, torch.arange(length)), (self.tokens, torch.tensor([last]))):
+            self.component.check_inputs({"input_ids": tokens, "cache_position": position})
+        if last >= self.layout["max_cache_len"]:
+            raise ValueError(f"prompt {length} + {steps} new tokens exceed the bundle's max_cache_len "
+                             f"{self.layout['max_cache_len']}")
+        self.position[0] = length - 1
+        return self._run(ids.contiguous(), torch.arange(length))
+
+    def decode(self, tokens: np.ndarray) -> np.ndarray:
+        self.tokens[0, 0] = int(tokens[0])
+        self.position += 1
+        return self._run(self.tokens, self.position)
+
+    def _run(self, ids: torch.Tensor, positions: torch.Tensor) -> np.ndarray:
+        # the runtime reuses its output memory from call to call: the loop keeps a copy of the logits
+        return self.method.execute([ids, positions])[0].numpy().copy()
+
+
+def open_session(bundle: Any) -> ComponentSession | OrtSession | InPlaceSession:
     """The session for ``bundle``'s runtime (module docstring)."""
+    if bundle.metadata.generation.get("cache") == "in-place":
+        return InPlaceSession(bundle)
     decode = bundle.components["decode"]
     if decode.spec.runtime == "onnxruntime":
         return OrtSession(bundle)

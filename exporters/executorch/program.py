@@ -58,26 +58,20 @@ def save_pte(buffer: bytes, path: Path) -> Path:
 
 
 def backend_config(program: ExportedProgram) -> Any:
-    """``to_executorch``'s config: the mutated buffers whose initial value is not all zeros keep it.
+    """``to_executorch``'s config: every buffer the graph mutates keeps its initial value in the ``.pte``.
 
     ExecuTorch serializes only the shape and dtype of a buffer the graph mutates, its initial state being
-    "meaningless" (executorch/exir/emit/_emitter.py) unless a pass sets ``meta["et_init_buffer"]``. That holds
-    for KV caches (zeros, written before they are read) but not for a table the model re-assigns in forward and
-    reads: CTRL's ``self.pos_encoding = self.pos_encoding.to(...)`` (modeling_ctrl.py:317) made every output of
-    CTRLModel wrong. ``InitializedMutableBufferPass`` keeps the values of those buffers in the ``.pte``.
+    "meaningless" (executorch/exir/emit/_emitter.py) unless a pass sets ``meta["et_init_buffer"]``; the runtime
+    then starts from whatever its planned memory holds. That broke a table the model re-assigns in forward and
+    reads (CTRL's ``self.pos_encoding = self.pos_encoding.to(...)``, modeling_ctrl.py:317: every output of
+    CTRLModel wrong), and it holds no better for zeros: an in-place KV cache (exporters.generation.inplace) reads
+    its slots past the current position with attention weight 0, and ``0 x NaN`` is NaN, so its zeros must be
+    what the method starts from. ``InitializedMutableBufferPass`` keeps the values; the runtime copies them in
+    when the method is loaded (once, not per call: tests/test_generation_inplace.py).
     """
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 
     signature, mutated = program.graph_signature, set(program.graph_signature.buffers_to_mutate.values())
-    stateful = [
-        name
-        for name, fqn in signature.inputs_to_buffers.items()
-        if fqn in mutated and torch.count_nonzero(_buffer_value(program, fqn)) > 0
-    ]
+    stateful = [name for name, fqn in signature.inputs_to_buffers.items() if fqn in mutated]
     return ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(stateful)] if stateful else [])
-
-
-def _buffer_value(program: ExportedProgram, fqn: str) -> torch.Tensor:
-    """A buffer's value: persistent buffers are in ``state_dict``, non-persistent ones in ``constants``."""
-    return program.state_dict[fqn] if fqn in program.state_dict else program.constants[fqn]

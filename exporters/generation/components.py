@@ -50,7 +50,9 @@ from exporters.generation.cache import (
 from exporters.generation.support import returned_cache
 
 __all__ = [
+    "CACHE_MODES",
     "DEFAULT_MAX_CACHE_LEN",
+    "IN_PLACE",
     "ComponentPlan",
     "GenerationExportConfig",
     "cache_layout",
@@ -61,6 +63,10 @@ __all__ = [
 
 DECODER_ONLY = "decoder-only"
 ENCODER_DECODER = "encoder-decoder"
+# How a bundle holds its KV cache: flat tensors fed in and returned by every step, or (ExecuTorch) mutable buffers
+# of one method updated in place (exporters.generation.inplace).
+DYNAMIC_CACHE, IN_PLACE = "dynamic", "in-place"
+CACHE_MODES = (DYNAMIC_CACHE, IN_PLACE)
 IMAGE_INPUT = "pixel_values"  # a vision-language model's prefill input (vision encoder + projector inside)
 
 
@@ -79,14 +85,19 @@ class GenerationExportConfig:
     ``max_cache_len`` bounds prompt plus generated tokens (ExecuTorch plans memory for it and rejects longer
     sequences; ONNX and ``.pt2`` record it as the export's tested limit); None (the default): the model's
     context, at most ``DEFAULT_MAX_CACHE_LEN`` (``default_max_cache_len``). ``max_batch`` bounds a dynamic
-    batch. ``static_batch`` fixes the batch to the sample inputs' (default: only for ExecuTorch).
+    batch. ``static_batch`` fixes the batch to the sample inputs' (default: only for ExecuTorch). ``cache``:
+    ``dynamic`` (the cache as flat tensors in and out of every step) or ``in-place`` (ExecuTorch: the cache as
+    mutable buffers of one method, exporters.generation.inplace).
     """
 
     max_cache_len: int | None = None
     max_batch: int = 8
     static_batch: bool | None = None
+    cache: str = "dynamic"
 
     def __post_init__(self) -> None:
+        if self.cache not in CACHE_MODES:
+            raise ValueError(f"cache must be one of {', '.join(CACHE_MODES)}, got {self.cache!r}")
         if self.max_cache_len is not None and self.max_cache_len < 4:
             raise ValueError(f"max_cache_len must be at least 4, got {self.max_cache_len}")
         if self.max_batch < 1:
@@ -425,7 +436,7 @@ def cache_layout(model: torch.nn.Module, plans: list[ComponentPlan], config: Gen
     tensors = layout_tensors(decode.inputs)
     layout: dict[str, Any] = {
         "kind": kind,
-        "cache": "dynamic",
+        "cache": DYNAMIC_CACHE,
         "components": [p.name for p in plans],
         "layers": _layers(model) if kind == ENCODER_DECODER else len(new_cache(model).layers),
         "max_cache_len": config.cache_len(model),

@@ -35,11 +35,13 @@ from exporters.bundle.format import (
     write_model_configs,
 )
 from exporters.generation.components import (
+    IN_PLACE,
     ComponentPlan,
     GenerationExportConfig,
     cache_layout,
     plan_components,
 )
+from exporters.generation.inplace import check_in_place, in_place_layout, plan_in_place
 from exporters.generation.support import check_supported
 from exporters.validation import MISMATCH, PASS, ValidationError
 
@@ -315,7 +317,13 @@ def export_for_generation(
     check_quantize_for_generation(exporter)
     model.eval()
     check_supported(model)  # one clear reason before anything runs: no KV cache, state outside Cache
-    plans = plan_components(model, inputs, config, backend)
+    if config.cache == IN_PLACE:  # what the in-place cache does not serve: one line, before any tracing
+        check_in_place(model, inputs, backend)
+        plans = plan_in_place(model, inputs, config.cache_len(model))
+        layout = in_place_layout(model, plans, config.cache_len(model), backend)
+    else:
+        plans = plan_components(model, inputs, config, backend)
+        layout = cache_layout(model, plans, config, backend)
     results: dict[str, ExportResult] = {}
     for plan in plans:
         if on_component is not None:
@@ -331,5 +339,4 @@ def export_for_generation(
         result.smaller_inputs = plan.smaller_inputs
         result.metadata.model_class = type(model).__name__
         results[plan.name] = result
-    return GenerationExport(backend, model, dict(inputs), plans, results, cache_layout(model, plans, config, backend),
-                            new_tokens=new_tokens)
+    return GenerationExport(backend, model, dict(inputs), plans, results, layout, new_tokens=new_tokens)
