@@ -18,6 +18,10 @@ warm-up:
   each other cost more than the second core gives;
 * ``ours-pte``: our ``.pte`` bundle (XNNPACK) in the ExecuTorch runtime (ExecuTorch keeps the batch static:
   one bundle per batch);
+* ``ours-pte-inplace``: our ``.pte`` bundle with ``cache="in-place"`` (``--cache in-place``: the KV cache as
+  mutable buffers of one method, written in place; exporters.generation.inplace), batch 1, ``max_cache_len`` the
+  ET LLM path's own cache length (``ET_CONTEXT``); ``step_profile`` times, per decode step, the method's
+  ``execute`` against the whole step of the loop;
 * ``genai``: onnxruntime-genai 0.18.0's model builder (fp32, CPU) on the same checkpoint and its runtime's own
   loop (``append_tokens``, then ``generate_next_token`` per token), installed by this script into
   ``.exportbot-cache/onnxruntime-genai-0.18.0`` (not a project dependency);
@@ -65,8 +69,9 @@ GENAI = "0.18.0"
 GENAI_DIR = CACHE / f"onnxruntime-genai-{GENAI}"
 # --new-tokens reaches the children through the environment (they import this module afresh)
 NEW_TOKENS, REPEATS = int(os.environ.get("BENCH_DECODE_NEW_TOKENS", 32)), 3
-RUNTIMES = ["eager", "ours-onnx", "ours-onnx-1t", "ours-onnx-fused", "ours-onnx-fused-1t", "ours-pte", "genai",
-            "genai-1t", "et-llm", "hf-onnx"]
+RUNTIMES = ["eager", "ours-onnx", "ours-onnx-1t", "ours-onnx-fused", "ours-onnx-fused-1t", "ours-pte",
+            "ours-pte-inplace", "genai", "genai-1t", "et-llm", "hf-onnx"]
+BATCH_ONE = {"ours-pte-inplace", "et-llm"}  # configurations that serve batch 1 only
 # Anchors: a configuration's rate is compared with the best of each anchor's variants in the same row.
 ANCHORS = {"eager": ["eager"], "genai": ["genai", "genai-1t"], "et_llm": ["et-llm"]}
 
@@ -90,14 +95,17 @@ def load_eager(directory: Path) -> Any:
     return AutoModelForCausalLM.from_pretrained(directory, dtype="float32").eval()
 
 
-def build_ours(directory: Path, out: Path, backend: str, batch: int, ort_fusions: bool = False) -> None:
-    """Our generation bundle of the checkpoint (default ``max_cache_len``: its context), validated by ``save``."""
+def build_ours(directory: Path, out: Path, backend: str, batch: int, ort_fusions: bool = False,
+               cache: str = "dynamic") -> None:
+    """Our generation bundle of the checkpoint, validated by ``save``: default ``max_cache_len`` (its context),
+    or, for the in-place cache, the ET LLM path's (``ET_CONTEXT``: the attention runs over the whole cache)."""
     from bot.run.generation import make_generation_exporter
-    from exporters.generation.components import sample_prompts
+    from exporters.generation.components import GenerationExportConfig, sample_prompts
 
     model = load_eager(directory)
     prompts = sample_prompts(model, batch=batch, prompt_length=8)
-    make_generation_exporter(backend, ort_fusions=ort_fusions).export_for_generation(model, prompts).save(out)
+    config = GenerationExportConfig(cache=cache, max_cache_len=ET_CONTEXT if cache == "in-place" else None)
+    make_generation_exporter(backend, ort_fusions=ort_fusions).export_for_generation(model, prompts, config).save(out)
 
 
 def build_hf_onnx(directory: Path, out: Path) -> None:
@@ -201,6 +209,8 @@ def _build_args(name: str, batch: int) -> str:
         return f", 'onnx', 2, ort_fusions={name.endswith('-fused')}"
     if name == "ours-pte":
         return f", 'executorch', {batch}"
+    if name == "ours-pte-inplace":
+        return ", 'executorch', 1, cache='in-place'"
     return ""
 
 
@@ -302,6 +312,9 @@ def measure_ours(directory: Path, ids: np.ndarray, threads: int | None = None) -
         return out.decode_tokens_per_second, out.tokens.tolist()
 
     result: dict[str, Any] = {"validation": bundle.metadata.generation["validation"]["status"]}
+    if bundle.metadata.generation.get("cache") == "in-place":
+        rate, tokens = best(ours)
+        return result | {"tokens_per_second": rate, "tokens": tokens, "step_profile": profile_in_place(bundle, ids)}
     decode = bundle.components["decode"]
     if decode.spec.runtime != "onnxruntime":
         rate, tokens = best(ours)
@@ -356,6 +369,38 @@ def profile_step(directory: Path, ids: np.ndarray, steps: int = 16) -> dict[str,
             "outside_run_us": round(step_us - run_us, 1), "kernels_us": round(sum(kernels.values()) / steps, 1),
             "kernel_us_by_op": dict(list(kernel_us.items())[:10]),
             "note": "profiling adds its own cost to every kernel; shares, not absolute times, are what count"}
+
+
+def profile_in_place(bundle: Any, ids: np.ndarray, steps: int = 24) -> dict[str, Any]:
+    """Where a decode step of an in-place ``.pte`` goes: the median time of the method's ``execute`` (the
+    program: XNNPACK's delegated linears, the portable ops between them, the cache writes and the attention over
+    all ``max_cache_len`` slots) against the median of the whole step of ``generate()``'s session (the token and
+    position written, execute, the logits copied out, argmax)."""
+    import torch
+
+    from exporters.bundle.stepping import InPlaceSession
+
+    session = InPlaceSession(bundle)
+    logits = session.prefill({"input_ids": torch.from_numpy(ids), "attention_mask": torch.ones(ids.shape)}, {}, steps)
+    method, execute, whole = session.method, [], []
+    original = method.execute
+
+    def timed(arguments: list[Any]) -> Any:
+        started = time.perf_counter()
+        try:
+            return original(arguments)
+        finally:
+            execute.append(time.perf_counter() - started)
+
+    session.method = type("Timed", (), {"execute": staticmethod(timed)})()
+    for _ in range(steps):
+        started = time.perf_counter()
+        logits = session.decode(logits.argmax(-1))
+        whole.append(time.perf_counter() - started)
+    execute_ms, step_ms = 1000 * float(np.median(execute)), 1000 * float(np.median(whole))
+    return {"steps": steps, "execute_ms": round(execute_ms, 3), "step_ms": round(step_ms, 3),
+            "outside_execute_ms": round(step_ms - execute_ms, 3), "execute_share": round(execute_ms / step_ms, 3),
+            "max_cache_len": bundle.metadata.generation["max_cache_len"]}
 
 
 def measure_hf_onnx(directory: Path, ids: np.ndarray) -> dict[str, Any]:
@@ -447,6 +492,8 @@ def measure_genai(directory: Path, ids: np.ndarray, threads: int | None = None) 
 def measure(runtime: str, model: str, context: int, batch: int, built: dict[str, Any]) -> dict[str, Any]:
     """One configuration in a child process: its rate, tokens and peak RSS (``built``: the artifacts)."""
     directory = built.get((runtime, batch if runtime == "ours-pte" else 1))
+    if runtime in BATCH_ONE and batch != 1:
+        return {"error": f"not run: {runtime} serves batch 1 only"}
     if not isinstance(directory, Path):
         return {"error": f"not run: its artifacts failed to build ({directory})"}
     code = (f"import bench_decode as b, json; from pathlib import Path; "
@@ -532,17 +579,18 @@ def main() -> None:
 
 def markdown(results: dict[str, Any]) -> str:
     """The results as docs/generation.md's "Decode speed" table."""
-    lines = ["| context | batch | runtime / mode | tok/s | vs eager | vs genai | vs ET LLM | generate() / minimal loop "
-             "| tokens = eager | validated | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| context | batch | runtime / mode | tok/s | ms/token | vs eager | vs genai | vs ET LLM "
+             "| generate() / minimal loop | tokens = eager | validated | peak RSS MB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in results["rows"]:
         for runtime, entry in row.items():
             if not isinstance(entry, dict):
                 continue
             if "error" in entry:
                 lines.append(f"| {row['context']} | {row['batch']} | {runtime} | error: {entry['error'][:90]} "
-                             "| | | | | | | |")
+                             "| | | | | | | | |")
                 continue
-            cells = [entry.get("tokens_per_second"), entry.get("vs_eager"), entry.get("vs_genai"), entry.get("vs_et_llm"),
+            cells = [entry.get("tokens_per_second"), entry.get("ms_per_token"), entry.get("vs_eager"), entry.get("vs_genai"), entry.get("vs_et_llm"),
                      entry.get("generate_vs_minimal"), entry.get("tokens_equal_eager"), entry.get("validation"),
                      entry.get("peak_rss_mb")]
             text = ["—" if c is None else ("yes" if c is True else "no" if c is False else str(c)) for c in cells]
@@ -568,6 +616,8 @@ def _compare(row: dict[str, Any], runtimes: list[str]) -> None:
         for key in [k for k in entry if k.endswith("tokens_per_second") or k.endswith("_vs_minimal")]:
             entry[key] = round(entry[key], 3 if key.endswith("_vs_minimal") else 1)
         entry.pop("tokens", None)
+        if "tokens_per_second" in entry:  # per-token decode time of one sequence
+            entry["ms_per_token"] = round(1000 * row["batch"] / entry["tokens_per_second"], 2)
 
 
 if __name__ == "__main__":
