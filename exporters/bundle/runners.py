@@ -9,6 +9,7 @@ wrote the file (validation relies on that).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -46,6 +47,8 @@ class ExecutorchRunner:
     def __init__(self, path: Path, spec: ComponentSpec):
         from executorch.runtime import Runtime
 
+        with contextlib.suppress(ImportError):  # the kernels of ExecuTorch's LLM custom ops (an in-place cache's)
+            from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
         self.program = Runtime.get().load_program(path)
         self.method = self.program.load_method(spec.method)
         self.names = [t.name for t in spec.inputs]
