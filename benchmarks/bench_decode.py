@@ -28,7 +28,8 @@ warm-up:
 * ``et-llm``: ExecuTorch's own LLM export (``executorch.examples.models.llama.export_llama``: KV cache as mutable
   buffers updated in place by its ``update_cache`` / ``sdpa_with_kv_cache`` custom ops, XNNPACK, fp32) on the same
   weights (renamed to its Llama module's, HF rotary kept: ``use_hf_rope``), run by the ExecuTorch runtime with a
-  greedy loop of ``forward(tokens, input_pos)``; its model is batch 1 only;
+  greedy loop of ``forward(tokens, input_pos)``; its model is batch 1 only; with ``--profile`` it and
+  ``ours-pte-inplace`` get ExecuTorch's per-operator ETDump profile of 16 decode steps (``etdump_profile``);
 * ``hf-onnx``: transformers.exporters' ONNX generation artifacts (``prefill.onnx`` / ``decode.onnx``) driven by
   the same minimal loop.
 
@@ -314,7 +315,10 @@ def measure_ours(directory: Path, ids: np.ndarray, threads: int | None = None) -
     result: dict[str, Any] = {"validation": bundle.metadata.generation["validation"]["status"]}
     if bundle.metadata.generation.get("cache") == "in-place":
         rate, tokens = best(ours)
-        return result | {"tokens_per_second": rate, "tokens": tokens, "step_profile": profile_in_place(bundle, ids)}
+        profiles = {"step_profile": profile_in_place(bundle, ids)}
+        if os.environ.get("BENCH_DECODE_PROFILE"):
+            profiles["etdump_profile"] = etdump_profile(directory / "step.pte", ids, whole_prompt_positions=True)
+        return result | {"tokens_per_second": rate, "tokens": tokens} | profiles
     decode = bundle.components["decode"]
     if decode.spec.runtime != "onnxruntime":
         rate, tokens = best(ours)
@@ -403,6 +407,40 @@ def profile_in_place(bundle: Any, ids: np.ndarray, steps: int = 24) -> dict[str,
             "max_cache_len": bundle.metadata.generation["max_cache_len"]}
 
 
+def etdump_profile(pte: Path, ids: np.ndarray, whole_prompt_positions: bool, steps: int = 16) -> dict[str, Any]:
+    """ExecuTorch's own per-operator profile (ETDump, in the pip build) of ``steps`` greedy decode steps of a
+    ``.pte`` that keeps its cache inside (ours in-place: positions of every prompt token; ET's LLM export: the
+    prompt's start position): milliseconds per decode step of ``Method::execute``, of the delegate calls and of
+    every operator or XNNPACK kernel above 0.005 ms, averaged over the steps (run 0, the prompt, left out)."""
+    import tempfile
+
+    import torch
+    from executorch.devtools import Inspector
+    from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401  (their runtime kernels)
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch
+
+    module = _load_for_executorch(str(pte), enable_etdump=True)
+    prompt = torch.from_numpy(ids)
+    positions = torch.arange(ids.shape[1]) if whole_prompt_positions else torch.tensor([0])
+    logits = module.forward([prompt, positions])[0]
+    for step in range(steps):
+        token = logits.reshape(-1, logits.shape[-1])[-1].argmax().reshape(1, 1)
+        logits = module.forward([token, torch.tensor([ids.shape[1] + step])])[0]
+    with tempfile.TemporaryDirectory() as scratch:
+        dump = Path(scratch) / "etdump.etdp"
+        module.write_etdump_result_to_file(str(dump), str(Path(scratch) / "debug.bin"))
+        inspector = Inspector(etdump_path=str(dump))
+    per_step: dict[str, float] = {}
+    for block in inspector.event_blocks:
+        for event in block.events:
+            raw = list(event.perf_data.raw) if event.perf_data is not None else []
+            if len(raw) == steps + 1:  # one value per run
+                name = event.name + (" [xnnpack]" if event.is_delegated_op else "")
+                per_step[name] = per_step.get(name, 0.0) + sum(raw[1:]) / steps
+    top = {name: round(ms, 3) for name, ms in sorted(per_step.items(), key=lambda item: -item[1]) if ms >= 0.005}
+    return {"steps": steps, "ms_per_step": top}
+
+
 def measure_hf_onnx(directory: Path, ids: np.ndarray) -> dict[str, Any]:
     """transformers' artifacts: prefill returns ``past_key_values.layers.i.{keys,values}``, decode takes
     ``input.past_key_values…`` and returns ``output.past_key_values…``; both take ``position_ids``."""
@@ -460,7 +498,10 @@ def measure_et_llm(directory: Path, ids: np.ndarray) -> dict[str, Any]:
         return (new - 1) / (time.perf_counter() - started), [tokens]
 
     rate, tokens = best(run)
-    return {"tokens_per_second": rate, "tokens": tokens}
+    result = {"tokens_per_second": rate, "tokens": tokens}
+    if os.environ.get("BENCH_DECODE_PROFILE"):
+        result["etdump_profile"] = etdump_profile(directory / "model.pte", ids, whole_prompt_positions=False)
+    return result
 
 
 def measure_genai(directory: Path, ids: np.ndarray, threads: int | None = None) -> dict[str, Any]:
@@ -529,7 +570,8 @@ def main() -> None:
     parser.add_argument("--runtime", action="append", choices=RUNTIMES, help="only these (repeatable)")
     parser.add_argument("--rebuild", action="store_true", help="build the artifacts again")
     parser.add_argument("--profile", action="store_true",
-                        help="add a per-step ONNX Runtime profile (kernel time per operator) to our ONNX rows")
+                        help="add a per-step profile: ONNX Runtime's (kernel time per operator) to our ONNX rows, "
+                        "ExecuTorch's ETDump (time per operator) to the in-place .pte and ET LLM rows")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "decode.json")
     parser.add_argument("--markdown", type=Path, metavar="JSON", help="print the table of a results file and exit")
     parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS,
