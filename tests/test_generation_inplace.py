@@ -92,6 +92,7 @@ def test_generate_refuses_what_the_in_place_bundle_cannot_run(in_place_bundle):
 @pytest.mark.parametrize(("model", "arguments", "says"), [
     (NAME, ["--task", "text-generation", "--backend", "onnx"], "ExecuTorch mutable buffers; --backend is onnx"),
     (NAME, ["--task", "text-generation", "--backend", "executorch", "--batch-size", "2"], "serves batch 1"),
+    (NAME, ["--task", "text-generation", "--backend", "executorch", "--quantize", "8da4w"], "float only"),
     ("LlamaModel", ["--backend", "executorch"], "--cache in-place is a generation option"),
 ])
 def test_export_refuses_what_the_in_place_cache_does_not_serve(model, arguments, says, tmp_path):

@@ -93,7 +93,7 @@ class GenerationExportConfig:
     max_cache_len: int | None = None
     max_batch: int = 8
     static_batch: bool | None = None
-    cache: str = "dynamic"
+    cache: str = DYNAMIC_CACHE
 
     def __post_init__(self) -> None:
         if self.cache not in CACHE_MODES:

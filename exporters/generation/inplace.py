@@ -61,15 +61,18 @@ class InPlaceUnsupported(ValueError):
     """A model, backend or sample the in-place cache does not serve: one line naming what and why."""
 
 
-def check_in_place(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], backend: str) -> None:
-    """Refuse, before any tracing, what the in-place mode does not serve (module docstring)."""
+def check_in_place(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], backend: str,
+                   quantized: bool = False) -> None:
+    """Refuse, before any tracing, what the in-place mode does not serve (module docstring); ``quantized``: the
+    exporter quantizes (not validated with the custom ops: refused rather than shipped untested)."""
     from transformers import StaticCache
-    from transformers.cache_utils import StaticLayer
-
 
     if backend != "executorch":
         raise InPlaceUnsupported(f"--cache in-place keeps the cache as ExecuTorch mutable buffers; --backend is "
                                  f"{backend} (use --cache dynamic)")
+    if quantized:
+        raise InPlaceUnsupported("--cache in-place is float only for now: --quantize with it is not validated "
+                                 "(use --cache dynamic)")
     if generation_kind(model) != DECODER_ONLY:
         raise InPlaceUnsupported(f"--cache in-place serves decoder-only models; {type(model).__name__} is "
                                  "encoder-decoder (use --cache dynamic)")
