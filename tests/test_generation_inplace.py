@@ -134,3 +134,17 @@ def test_the_export_help_names_the_cache_modes():
 
     run = CliRunner().invoke(main, ["export", "--help"])
     assert "--cache [dynamic|in-place]" in run.output and "mutable buffers" in run.output
+
+
+def test_exportbot_generate_runs_the_in_place_bundle_unchanged(in_place_bundle):
+    """The user's side does not change: `exportbot generate DIR` runs an in-place bundle and compares it with
+    eager generate() on the model its manifest records."""
+    from bot.cli.main import main
+
+    out, _ = in_place_bundle
+    run = CliRunner().invoke(main, ["generate", str(out), "--batch-size", "1", "--prompt-length", "6",
+                                    "--max-new-tokens", "24", "--json"])
+    assert run.exit_code == 0, run.output
+    result = json.loads(run.stdout)
+    assert result["eager_comparison"]["status"] == "pass", result["eager_comparison"]["detail"]
+    assert len(result["tokens"]) == 1 and len(result["tokens"][0]) == 24
