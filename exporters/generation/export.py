@@ -188,7 +188,8 @@ class GenerationExport:
         if quantization is None:
             self.check = check_generation(self.model, loaded, self.inputs, max_new_tokens=self.new_tokens)
         else:  # fidelity: token for token against the same quantization in PyTorch; quality: against float
-            references = {name: result.quantization.reference for name, result in self.results.items()}
+            references = {name: (result.quantization.reference, result.quantization.requantized)
+                          for name, result in self.results.items()}
             self.check = check_generation(self.model, loaded, self.inputs, max_new_tokens=self.new_tokens,
                                           references=references)
             self.tokens = token_quality(self.model, loaded.metadata.generation, self.inputs,
