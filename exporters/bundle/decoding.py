@@ -242,10 +242,17 @@ class EagerGeneration:
         self.components = eager_components(plans)
         self.metadata = _Layout(dict(layout))
 
+    def session(self) -> ComponentSession:
+        """A fresh decode session over the wrappers."""
+        return ComponentSession(self.components, self.metadata.generation)
+
     def generate(self, input_ids: torch.Tensor | None = None, **kwargs: Any) -> GenerationOutput:
-        layout = self.metadata.generation
-        return run_generation(ComponentSession(self.components, layout), layout, _prompt_inputs(input_ids, kwargs),
-                              **kwargs)
+        return run_generation(self.session(), self.metadata.generation, _prompt_inputs(input_ids, kwargs), **kwargs)
+
+
+def session_of(bundle: Any) -> Any:
+    """A fresh decode session of a loaded generation bundle (``open_session``) or of ``EagerGeneration``."""
+    return bundle.session() if isinstance(bundle, EagerGeneration) else open_session(bundle)
 
 
 @dataclass
