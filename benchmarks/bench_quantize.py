@@ -79,7 +79,9 @@ def _verdicts(record: dict[str, Any]) -> dict[str, Any]:
         fidelity = {f"{name}: {output}": row for name, part in record["components"].items()
                     for output, row in part["fidelity"].items()}
         quality = {"tokens": record.get("tokens") and {k: record["tokens"][k] for k in
-                                                        ("status", "equal_steps", "new_tokens", "detail")}}
+                                                        ("status", "equal_steps", "new_tokens", "detail")},
+                   "components": {name: {k: (part.get("quality") or {}).get(k) for k in ("cosine", "top1_agreement")}
+                                  for name, part in record["components"].items()}}
     else:
         quality = {k: (record.get("quality") or {}).get(k) for k in ("status", "cosine", "top1_agreement", "summary")}
     worst = max(fidelity.items(), key=lambda item: item[1]["steps"], default=(None, None))
@@ -107,8 +109,9 @@ def export_llama(checkpoint: Path, backend: str, scheme: str | None, out: Path) 
         problem = str(error)[:1000]
         export.save(out, validate=False)
     seconds = time.perf_counter() - started
+    loop = {"token_loop": export.check.detail} if export.check is not None and scheme else {}
     return {"export_seconds": round(seconds, 1), "bytes": bundle_bytes(out), "status": export.status,
-            **({"validation_problem": problem} if problem else {}), **_verdicts(export.quantization_record())}
+            **({"validation_problem": problem} if problem else {}), **_verdicts(export.quantization_record()), **loop}
 
 
 def export_encoder(checkpoint: Path, backend: str, scheme: str | None, out: Path) -> dict[str, Any]:

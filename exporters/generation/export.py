@@ -174,7 +174,7 @@ class GenerationExport:
 
     def _validate_written(self, directory: Path) -> None:
         from exporters.bundle.loading import load
-        from exporters.generation.check import check_generation, token_quality
+        from exporters.generation.check import check_generation, check_quantized_generation, token_quality
 
         loaded = load(directory)
         for plan in self.plans:
@@ -190,9 +190,9 @@ class GenerationExport:
         if quantization is None:
             self.check = check_generation(self.model, loaded, self.inputs, max_new_tokens=self.new_tokens)
         else:  # fidelity: token for token against the same quantization in PyTorch; quality: against float
-            references = {name: result.quantization.reference for name, result in self.results.items()}
-            self.check = check_generation(self.model, loaded, self.inputs, max_new_tokens=self.new_tokens,
-                                          references=references)
+            references = {name: (result.quantization.reference, result.quantization.requantized)
+                          for name, result in self.results.items()}
+            self.check = check_quantized_generation(loaded, self.inputs, self.new_tokens, references)
             self.tokens = token_quality(self.model, loaded.metadata.generation, self.inputs,
                                         torch.tensor(self.check.exported_tokens),
                                         quantization.config.thresholds(self.backend)["min_equal_tokens"],

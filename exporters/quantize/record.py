@@ -40,7 +40,8 @@ class QuantizedExport:
     int8_fallback: list[str] = field(default_factory=list)  # 8da4w layers no int4 layout of XNNPACK takes (int8)
     kept_float: dict[str, str] = field(default_factory=dict)  # a layer left in float, and why
     calibration_batches: int = 0
-    # Layers of ``reference`` that quantize their input at run time (ONNX int8, torchao 8da4w/8da8w): where rounding
+    # Layers of ``reference`` that quantize their input (ONNX int8, torchao 8da4w/8da8w at run time; PT2E int8 every
+    # activation quantize op, exporters.executorch.quantize.ActivationQuantize): where rounding
     # flips arise, nudged to measure the flip envelope (exporters.quantize.fidelity).
     requantized: list[str] = field(default_factory=list)
     steps: dict[str, float] = field(default_factory=dict)  # output -> its largest 8-bit step seen (fidelity)
