@@ -90,7 +90,9 @@ def test_generate_refuses_what_the_in_place_bundle_cannot_run(in_place_bundle):
 
 
 @pytest.mark.parametrize(("model", "arguments", "says"), [
-    (NAME, ["--task", "text-generation", "--backend", "onnx"], "ExecuTorch mutable buffers; --backend is onnx"),
+    (NAME, ["--task", "text-generation", "--backend", "dynamo"], "executorch or onnx; --backend is dynamo"),
+    (NAME, ["--task", "text-generation", "--backend", "onnx", "--batch-size", "2"], "serves batch 1"),
+    (NAME, ["--task", "text-generation", "--backend", "onnx", "--quantize", "int8"], "float only"),
     (NAME, ["--task", "text-generation", "--backend", "executorch", "--batch-size", "2"], "serves batch 1"),
     (NAME, ["--task", "text-generation", "--backend", "executorch", "--quantize", "8da4w"], "float only"),
     ("LlamaModel", ["--backend", "executorch"], "--cache in-place is a generation option"),
@@ -134,6 +136,7 @@ def test_the_export_help_names_the_cache_modes():
 
     run = CliRunner().invoke(main, ["export", "--help"])
     assert "--cache [dynamic|in-place]" in run.output and "mutable buffers" in run.output
+    assert "GroupQueryAttention" in run.output
 
 
 def test_exportbot_generate_runs_the_in_place_bundle_unchanged(in_place_bundle):
