@@ -374,17 +374,17 @@ def profile_step(directory: Path, ids: np.ndarray, steps: int = 16) -> dict[str,
 
 def ort_kernel_profile(events_file: Path, steps: int, step_us: float) -> dict[str, Any]:
     """ONNX Runtime's profile of a session's last ``steps`` runs: kernel time per operator type per step, the
-    session's ``run`` per step, and the wall time of a step (``step_us``) outside ``run``."""
+    session's ``run`` per step, and the wall time of a step (``step_us``) outside ``run``. Only kernels inside
+    those runs count (an in-place bundle's one session also ran the prompt)."""
     events = json.loads(events_file.read_text())
+    runs = [e for e in events if e.get("cat") == "Session" and e["name"] == "model_run"][-steps:]
+    since = runs[0]["ts"]
     kernels: dict[str, float] = {}
-    runs = []
     for event in events:
-        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time") and event["ts"] >= since:
             op = event["args"].get("op_name", "?")
             kernels[op] = kernels.get(op, 0.0) + event["dur"]
-        elif event.get("cat") == "Session" and event["name"] == "model_run":
-            runs.append(event["dur"])
-    run_us = sum(runs[-steps:]) / steps
+    run_us = sum(run["dur"] for run in runs) / steps
     kernel_us = {op: round(total / steps, 1) for op, total in sorted(kernels.items(), key=lambda kv: -kv[1])}
     return {"step_us": round(step_us, 1), "session_run_us": round(run_us, 1),
             "outside_run_us": round(step_us - run_us, 1), "kernels_us": round(sum(kernels.values()) / steps, 1),
@@ -395,7 +395,7 @@ def ort_kernel_profile(events_file: Path, steps: int, step_us: float) -> dict[st
 def profile_ort_in_place(bundle: Any, directory: Path, ids: np.ndarray, steps: int = 16) -> dict[str, Any]:
     """ONNX Runtime's profile of ``steps`` decode steps of an in-place ONNX bundle, run by ``generate()``'s own
     session (``OrtInPlaceSession``: one binding, past and present one buffer) over a profiling session of the
-    same ``step.onnx``. The prompt's run is profiled too; the kernel times are per step of the whole run."""
+    same ``step.onnx``; the prompt's run is left out of the kernel times."""
     import onnxruntime as ort
     import torch
 
