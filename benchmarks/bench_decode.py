@@ -25,7 +25,8 @@ warm-up:
 * ``ours-onnx-inplace`` (and ``-1t``): our ONNX bundle with ``cache="in-place"`` (exporters.generation.gqa:
   ONNX Runtime's ``GroupQueryAttention`` with ``past_*`` and ``present_*`` bound to one buffer, so a step feeds
   only its token and position), batch 1, ``max_cache_len`` ``ET_CONTEXT`` as the in-place ``.pte``; with
-  ``--profile``, ONNX Runtime's per-step profile of the bound step (``step_profile``);
+  ``--profile``, ONNX Runtime's per-step profile of the bound step (``step_profile``); ``ours-onnx-inplace-fused``
+  (and ``-1t``): the same with ``--ort-fusions``;
 * ``genai``: onnxruntime-genai 0.18.0's model builder (fp32, CPU) on the same checkpoint and its runtime's own
   loop (``append_tokens``, then ``generate_next_token`` per token), installed by this script into
   ``.exportbot-cache/onnxruntime-genai-0.18.0`` (not a project dependency);
@@ -75,9 +76,10 @@ GENAI_DIR = CACHE / f"onnxruntime-genai-{GENAI}"
 # --new-tokens reaches the children through the environment (they import this module afresh)
 NEW_TOKENS, REPEATS = int(os.environ.get("BENCH_DECODE_NEW_TOKENS", 32)), 3
 RUNTIMES = ["eager", "ours-onnx", "ours-onnx-1t", "ours-onnx-fused", "ours-onnx-fused-1t", "ours-onnx-inplace",
-            "ours-onnx-inplace-1t", "ours-pte", "ours-pte-inplace", "genai", "genai-1t", "et-llm", "hf-onnx"]
+            "ours-onnx-inplace-1t", "ours-onnx-inplace-fused", "ours-onnx-inplace-fused-1t", "ours-pte", "ours-pte-inplace", "genai", "genai-1t", "et-llm", "hf-onnx"]
 # configurations that serve batch 1 only
-BATCH_ONE = {"ours-onnx-inplace", "ours-onnx-inplace-1t", "ours-pte-inplace", "et-llm"}
+BATCH_ONE = {"ours-onnx-inplace", "ours-onnx-inplace-1t", "ours-onnx-inplace-fused", "ours-onnx-inplace-fused-1t",
+             "ours-pte-inplace", "et-llm"}
 # Anchors: a configuration's rate is compared with the best of each anchor's variants in the same row.
 ANCHORS = {"eager": ["eager"], "genai": ["genai", "genai-1t"], "et_llm": ["et-llm"]}
 
@@ -211,8 +213,8 @@ def artifact(name: str, model: str, batch: int, rebuild: bool) -> Path:
 
 
 def _build_args(name: str, batch: int) -> str:
-    if name == "ours-onnx-inplace":
-        return ", 'onnx', 1, cache='in-place'"
+    if name.startswith("ours-onnx-inplace"):
+        return f", 'onnx', 1, ort_fusions={name.endswith('-fused')}, cache='in-place'"
     if name.startswith("ours-onnx"):
         return f", 'onnx', 2, ort_fusions={name.endswith('-fused')}"
     if name == "ours-pte":
