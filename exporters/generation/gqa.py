@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from transformers.cache_utils import StaticLayer
 
+from exporters.generation.attention import named_attention, probe_cache
+
 __all__ = ["ATTENTION", "GqaInPlaceStep", "group_query_attention"]
 
 ATTENTION = "exportbot_onnx_group_query_attention"  # the name the attention function is registered under
@@ -123,14 +125,12 @@ class GqaInPlaceStep(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module, max_cache_len: int):
         super().__init__()
-        from transformers import AttentionInterface, StaticCache
+        from transformers import AttentionInterface
 
         AttentionInterface.register(ATTENTION, gqa_attention)
         self.model = model
         self.max_cache_len = max_cache_len
-        probe = StaticCache(config=model.config, max_cache_len=max_cache_len)
-        with torch.no_grad():
-            model(input_ids=torch.zeros(1, 1, dtype=torch.long), past_key_values=probe, use_cache=True)
+        probe = probe_cache(model, max_cache_len)
         self.shapes = [(tuple(layer.keys.shape), tuple(layer.values.shape)) for layer in probe.layers]
         self.dtype = probe.layers[0].keys.dtype
 
@@ -154,15 +154,9 @@ class GqaInPlaceStep(torch.nn.Module):
             layer.keys, layer.values = key, value
         last = cache_position[-1]
         step = _StepCache(past, seqlens_k=last.reshape(1).to(torch.int32), total=(last + 1).to(torch.int32))
-        config = self.model.config
-        own, config._attn_implementation = config._attn_implementation, ATTENTION
-        token = _STEP.set(step)
-        try:
+        with named_attention(self.model, ATTENTION, _STEP, step):
             out = self.model(input_ids=input_ids, past_key_values=cache, position_ids=cache_position[None, :],
                              use_cache=True, logits_to_keep=1)
-        finally:
-            _STEP.reset(token)
-            config._attn_implementation = own
         present: dict[str, torch.Tensor] = {}
         for index in range(len(past)):
             present[f"present_key_{index}"], present[f"present_value_{index}"] = step.present[index]

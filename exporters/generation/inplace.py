@@ -42,6 +42,7 @@ import torch
 from torch.export import Dim
 from transformers.cache_utils import StaticLayer
 
+from exporters.generation.attention import named_attention, probe_cache
 from exporters.generation.components import (
     DECODER_ONLY,
     IMAGE_INPUT,
@@ -150,9 +151,7 @@ class InPlaceStep(torch.nn.Module):
         AttentionInterface.register(ATTENTION, custom_sdpa_attention)
         self.model = model
         self.max_cache_len = max_cache_len
-        probe = StaticCache(config=model.config, max_cache_len=max_cache_len)
-        with torch.no_grad():
-            model(input_ids=torch.zeros(1, 1, dtype=torch.long), past_key_values=probe, use_cache=True)
+        probe = probe_cache(model, max_cache_len)
         self.cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
         self.cache.layers = [SequenceMajorLayer(max_cache_len) for _ in probe.layers]
         for index, (layer, shaped) in enumerate(zip(self.cache.layers, probe.layers)):
@@ -173,15 +172,9 @@ class InPlaceStep(torch.nn.Module):
         start = cache_position[0].item()
         torch._check_is_size(start)
         torch._check(start + input_ids.shape[1] <= self.max_cache_len)
-        config = self.model.config
-        own, config._attn_implementation = config._attn_implementation, ATTENTION
-        token = _STEP_START.set(start)
-        try:
+        with named_attention(self.model, ATTENTION, _STEP_START, start):
             out = self.model(input_ids=input_ids, past_key_values=self.cache, position_ids=cache_position[None, :],
                              use_cache=True, logits_to_keep=1)
-        finally:
-            _STEP_START.reset(token)
-            config._attn_implementation = own
         return {"logits": out.logits[:, -1, :]}
 
 
