@@ -12,27 +12,20 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from exporters.generation.check import eager_generate
 from exporters.generation.components import sample_prompts
 
 NAME = "LlamaForCausalLM"
-MAX_CACHE_LEN = 64
+MAX_CACHE_LEN = 64  # conftest's IN_PLACE_MAX_CACHE_LEN
 
 
 @pytest.fixture(scope="module")
-def onnx_in_place_bundle(tmp_path_factory):
+def onnx_in_place_bundle(in_place_bundle_of):
     """The tiny Llama's ONNX in-place bundle, written and validated once: (directory, export)."""
-    from bot.run.generation import export_generation
-
-    out = tmp_path_factory.mktemp("inplace-onnx") / "llama-onnx-inplace"
-    export = export_generation(NAME, "onnx", out, task="text-generation", batch_size=1,
-                               max_cache_len=MAX_CACHE_LEN, cache="in-place")
-    return out, export
+    return in_place_bundle_of("onnx")
 
 
-def test_the_onnx_step_attends_with_group_query_attention_and_generates_eagers_tokens(onnx_in_place_bundle):
-    import exporters
-
+def test_the_onnx_step_attends_with_group_query_attention_and_generates_eagers_tokens(onnx_in_place_bundle,
+                                                                                      generates_eagers_tokens):
     out, export = onnx_in_place_bundle
     assert export.status == "pass", export.problems()
     manifest = json.loads((out / "export.json").read_text())
@@ -52,14 +45,7 @@ def test_the_onnx_step_attends_with_group_query_attention_and_generates_eagers_t
     key = next(i for i in graph.input if i.name == "past_key_0")
     assert [d.dim_value for d in key.type.tensor_type.shape.dim][2] == MAX_CACHE_LEN
 
-    # Loaded back fresh: a long generation and a short one, each token for token with eager generate().
-    bundle = exporters.load(out)
-    for length, new in ((20, 40), (5, 12)):
-        ids = sample_prompts(export.model, batch=1, prompt_length=length, seed=length)["input_ids"]
-        got = bundle.generate(ids, max_new_tokens=new, min_new_tokens=new)
-        eager, _, _ = eager_generate(export.model, layout, {"input_ids": ids}, new)
-        assert got.tokens.tolist() == eager.tolist()
-        assert len(set(eager[0].tolist())) > 1  # a degenerate path would prove nothing
+    generates_eagers_tokens(out, export)  # loaded back fresh: 40 and then 12 tokens equal eager's
 
 
 def test_past_and_present_share_one_buffer_in_the_loop(onnx_in_place_bundle):
