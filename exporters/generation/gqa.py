@@ -173,6 +173,7 @@ def gqa_cache_tensors(step: GqaInPlaceStep) -> list[Mapping[str, Any]]:
     rows = []
     for index, (key_shape, value_shape) in enumerate(step.shapes):
         for kind, shape in (("key", key_shape), ("value", value_shape)):
-            rows.append({"input": f"past_{kind}_{index}", "output": f"present_{kind}_{index}",
-                         "shape": ["batch", "kv_heads", "max_cache_len", "head_dim"], "size": list(shape)})
+            rows.append({"input": f"past_{kind}_{index}", "output": f"present_{kind}_{index}", "layer": index,
+                         "kind": kind, "shape": ["batch", "kv_heads", "max_cache_len", "head_dim"],
+                         "size": list(shape)})
     return rows
