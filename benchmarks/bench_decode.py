@@ -22,6 +22,11 @@ warm-up:
   mutable buffers of one method, written in place; exporters.generation.inplace), batch 1, ``max_cache_len`` the
   ET LLM path's own cache length (``ET_CONTEXT``); ``step_profile`` times, per decode step, the method's
   ``execute`` against the whole step of the loop;
+* ``ours-onnx-inplace`` (and ``-1t``): our ONNX bundle with ``cache="in-place"`` (exporters.generation.gqa:
+  ONNX Runtime's ``GroupQueryAttention`` with ``past_*`` and ``present_*`` bound to one buffer, so a step feeds
+  only its token and position), batch 1, ``max_cache_len`` ``ET_CONTEXT`` as the in-place ``.pte``; with
+  ``--profile``, ONNX Runtime's per-step profile of the bound step (``step_profile``); ``ours-onnx-inplace-fused``
+  (and ``-1t``): the same with ``--ort-fusions``;
 * ``genai``: onnxruntime-genai 0.18.0's model builder (fp32, CPU) on the same checkpoint and its runtime's own
   loop (``append_tokens``, then ``generate_next_token`` per token), installed by this script into
   ``.exportbot-cache/onnxruntime-genai-0.18.0`` (not a project dependency);
@@ -70,9 +75,11 @@ GENAI = "0.18.0"
 GENAI_DIR = CACHE / f"onnxruntime-genai-{GENAI}"
 # --new-tokens reaches the children through the environment (they import this module afresh)
 NEW_TOKENS, REPEATS = int(os.environ.get("BENCH_DECODE_NEW_TOKENS", 32)), 3
-RUNTIMES = ["eager", "ours-onnx", "ours-onnx-1t", "ours-onnx-fused", "ours-onnx-fused-1t", "ours-pte",
-            "ours-pte-inplace", "genai", "genai-1t", "et-llm", "hf-onnx"]
-BATCH_ONE = {"ours-pte-inplace", "et-llm"}  # configurations that serve batch 1 only
+RUNTIMES = ["eager", "ours-onnx", "ours-onnx-1t", "ours-onnx-fused", "ours-onnx-fused-1t", "ours-onnx-inplace",
+            "ours-onnx-inplace-1t", "ours-onnx-inplace-fused", "ours-onnx-inplace-fused-1t", "ours-pte", "ours-pte-inplace", "genai", "genai-1t", "et-llm", "hf-onnx"]
+# configurations that serve batch 1 only
+BATCH_ONE = {"ours-onnx-inplace", "ours-onnx-inplace-1t", "ours-onnx-inplace-fused", "ours-onnx-inplace-fused-1t",
+             "ours-pte-inplace", "et-llm"}
 # Anchors: a configuration's rate is compared with the best of each anchor's variants in the same row.
 ANCHORS = {"eager": ["eager"], "genai": ["genai", "genai-1t"], "et_llm": ["et-llm"]}
 
@@ -206,6 +213,8 @@ def artifact(name: str, model: str, batch: int, rebuild: bool) -> Path:
 
 
 def _build_args(name: str, batch: int) -> str:
+    if name.startswith("ours-onnx-inplace"):
+        return f", 'onnx', 1, ort_fusions={name.endswith('-fused')}, cache='in-place'"
     if name.startswith("ours-onnx"):
         return f", 'onnx', 2, ort_fusions={name.endswith('-fused')}"
     if name == "ours-pte":
@@ -313,6 +322,11 @@ def measure_ours(directory: Path, ids: np.ndarray, threads: int | None = None) -
         return out.decode_tokens_per_second, out.tokens.tolist()
 
     result: dict[str, Any] = {"validation": bundle.metadata.generation["validation"]["status"]}
+    on_ort = next(iter(bundle.components.values())).spec.runtime == "onnxruntime"
+    if bundle.metadata.generation.get("cache") == "in-place" and on_ort:
+        rate, tokens = best(ours)
+        profile = profile_ort_in_place(bundle, directory, ids) if os.environ.get("BENCH_DECODE_PROFILE") else None
+        return result | {"tokens_per_second": rate, "tokens": tokens} | ({"step_profile": profile} if profile else {})
     if bundle.metadata.generation.get("cache") == "in-place":
         rate, tokens = best(ours)
         profiles = {"step_profile": profile_in_place(bundle, ids)}
@@ -357,22 +371,52 @@ def profile_step(directory: Path, ids: np.ndarray, steps: int = 16) -> dict[str,
     outputs = [o.name for o in decode.get_outputs()]
     carried = [(name.replace("present", "past", 1), i) for i, name in enumerate(outputs) if name.startswith("present")]
     rate, _ = minimal_loop(prefill, decode, {}, carried, outputs.index("logits"), ids, steps + 1)
-    events = json.loads(Path(decode.end_profiling()).read_text())
+    return ort_kernel_profile(Path(decode.end_profiling()), steps, len(ids) / rate * 1e6)
+
+
+def ort_kernel_profile(events_file: Path, steps: int, step_us: float) -> dict[str, Any]:
+    """ONNX Runtime's profile of a session's last ``steps`` runs: kernel time per operator type per step, the
+    session's ``run`` per step, and the wall time of a step (``step_us``) outside ``run``. Only kernels inside
+    those runs count (an in-place bundle's one session also ran the prompt)."""
+    events = json.loads(events_file.read_text())
+    runs = [e for e in events if e.get("cat") == "Session" and e["name"] == "model_run"][-steps:]
+    since = runs[0]["ts"]
     kernels: dict[str, float] = {}
-    runs = []
     for event in events:
-        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time") and event["ts"] >= since:
             op = event["args"].get("op_name", "?")
             kernels[op] = kernels.get(op, 0.0) + event["dur"]
-        elif event.get("cat") == "Session" and event["name"] == "model_run":
-            runs.append(event["dur"])
-    step_us = len(ids) / rate * 1e6
-    run_us = sum(runs[-steps:]) / steps
+    run_us = sum(run["dur"] for run in runs) / steps
     kernel_us = {op: round(total / steps, 1) for op, total in sorted(kernels.items(), key=lambda kv: -kv[1])}
     return {"step_us": round(step_us, 1), "session_run_us": round(run_us, 1),
             "outside_run_us": round(step_us - run_us, 1), "kernels_us": round(sum(kernels.values()) / steps, 1),
             "kernel_us_by_op": dict(list(kernel_us.items())[:10]),
             "note": "profiling adds its own cost to every kernel; shares, not absolute times, are what count"}
+
+
+def profile_ort_in_place(bundle: Any, directory: Path, ids: np.ndarray, steps: int = 16) -> dict[str, Any]:
+    """ONNX Runtime's profile of ``steps`` decode steps of an in-place ONNX bundle, run by ``generate()``'s own
+    session (``OrtInPlaceSession``: one binding, past and present one buffer) over a profiling session of the
+    same ``step.onnx``; the prompt's run is left out of the kernel times."""
+    import onnxruntime as ort
+    import torch
+
+    from exporters.bundle.stepping import OrtInPlaceSession
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.enable_profiling = True
+    options.profile_file_prefix = str(Path("/tmp") / f"decode-profile-{os.getpid()}")
+    runner = bundle.components["step"].runner
+    runner.session = ort.InferenceSession(str(directory / "step.onnx"), options, providers=["CPUExecutionProvider"])
+    session = OrtInPlaceSession(bundle)
+    logits = session.prefill({"input_ids": torch.from_numpy(ids), "attention_mask": torch.ones(ids.shape)}, {},
+                             steps + 1)
+    started = time.perf_counter()
+    for _ in range(steps):
+        logits = session.decode(logits.argmax(-1))
+    step_us = (time.perf_counter() - started) / steps * 1e6
+    return ort_kernel_profile(Path(runner.session.end_profiling()), steps, step_us)
 
 
 def profile_in_place(bundle: Any, ids: np.ndarray, steps: int = 24) -> dict[str, Any]:

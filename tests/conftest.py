@@ -70,6 +70,50 @@ def matches_eager():
     return check
 
 
+IN_PLACE_MAX_CACHE_LEN = 64
+
+
+@pytest.fixture(scope="session")
+def in_place_bundle_of(tmp_path_factory):
+    """``in_place_bundle_of(backend)``: the tiny Llama's ``--cache in-place`` bundle on ``backend``
+    (max_cache_len ``IN_PLACE_MAX_CACHE_LEN``), written and validated once a session: (directory, export)."""
+    from bot.run.generation import export_generation
+
+    built = {}
+
+    def bundle(backend):
+        if backend not in built:
+            out = tmp_path_factory.mktemp(f"inplace-{backend}") / "llama-inplace"
+            built[backend] = out, export_generation("LlamaForCausalLM", backend, out, task="text-generation",
+                                                    batch_size=1, max_cache_len=IN_PLACE_MAX_CACHE_LEN,
+                                                    cache="in-place")
+        return built[backend]
+
+    return bundle
+
+
+@pytest.fixture(scope="session")
+def generates_eagers_tokens():
+    """``generates_eagers_tokens(out, export)``: the bundle at ``out``, loaded back fresh, generates eager
+    ``generate()``'s tokens for a long generation and then a short one (same loaded bundle), on prompts whose
+    eager path is not one token forever."""
+    import exporters
+    from exporters.generation.check import eager_generate
+    from exporters.generation.components import sample_prompts
+
+    def check(out, export):
+        bundle = exporters.load(out)
+        layout = bundle.metadata.generation
+        for length, new in ((20, 40), (5, 12)):
+            ids = sample_prompts(export.model, batch=1, prompt_length=length, seed=length)["input_ids"]
+            got = bundle.generate(ids, max_new_tokens=new, min_new_tokens=new)
+            eager, _, _ = eager_generate(export.model, layout, {"input_ids": ids}, new)
+            assert got.tokens.tolist() == eager.tolist()
+            assert len(set(eager[0].tolist())) > 1  # a degenerate path would prove nothing
+
+    return check
+
+
 @pytest.fixture(scope="session")
 def executorch_needs():
     """``executorch_needs(model, inputs, workaround, error, **config)`` → the validated ExportResult with the

@@ -9,29 +9,22 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from exporters.generation.check import eager_generate
 from exporters.generation.components import sample_prompts
 from exporters.tiny import build_tiny
 
 NAME = "LlamaForCausalLM"
-MAX_CACHE_LEN = 64
+MAX_CACHE_LEN = 64  # conftest's IN_PLACE_MAX_CACHE_LEN
 
 
 @pytest.fixture(scope="module")
-def in_place_bundle(tmp_path_factory):
+def in_place_bundle(in_place_bundle_of):
     """The tiny Llama's in-place ExecuTorch bundle, written and validated once: (directory, export)."""
-    from bot.run.generation import export_generation
-
-    out = tmp_path_factory.mktemp("inplace") / "llama-pte-inplace"
-    export = export_generation(NAME, "executorch", out, task="text-generation", batch_size=1,
-                               max_cache_len=MAX_CACHE_LEN, cache="in-place")
-    return out, export
+    return in_place_bundle_of("executorch")
 
 
-def test_the_in_place_pte_takes_no_cache_and_generates_eagers_tokens(in_place_bundle):
+def test_the_in_place_pte_takes_no_cache_and_generates_eagers_tokens(in_place_bundle, generates_eagers_tokens):
     from executorch.runtime import Runtime
 
-    import exporters
 
     out, export = in_place_bundle
     assert export.status == "pass", export.problems()
@@ -50,14 +43,7 @@ def test_the_in_place_pte_takes_no_cache_and_generates_eagers_tokens(in_place_bu
 
     # Loaded back fresh: a long generation, then a shorter prompt on the same loaded method (its cache now holds
     # the first generation's slots past the new prompt, masked), each token for token with eager generate().
-    bundle = exporters.load(out)
-    model = export.model
-    for length, new in ((20, 40), (5, 12)):
-        ids = sample_prompts(model, batch=1, prompt_length=length, seed=length)["input_ids"]
-        got = bundle.generate(ids, max_new_tokens=new, min_new_tokens=new)
-        eager, _, _ = eager_generate(model, layout, {"input_ids": ids}, new)
-        assert got.tokens.tolist() == eager.tolist()
-        assert len(set(eager[0].tolist())) > 1  # a degenerate path would prove nothing
+    generates_eagers_tokens(out, export)
 
 
 def test_the_cache_buffers_start_from_values_the_pte_holds(in_place_bundle):
@@ -90,7 +76,9 @@ def test_generate_refuses_what_the_in_place_bundle_cannot_run(in_place_bundle):
 
 
 @pytest.mark.parametrize(("model", "arguments", "says"), [
-    (NAME, ["--task", "text-generation", "--backend", "onnx"], "ExecuTorch mutable buffers; --backend is onnx"),
+    (NAME, ["--task", "text-generation", "--backend", "dynamo"], "executorch or onnx; --backend is dynamo"),
+    (NAME, ["--task", "text-generation", "--backend", "onnx", "--batch-size", "2"], "serves batch 1"),
+    (NAME, ["--task", "text-generation", "--backend", "onnx", "--quantize", "int8"], "float only"),
     (NAME, ["--task", "text-generation", "--backend", "executorch", "--batch-size", "2"], "serves batch 1"),
     (NAME, ["--task", "text-generation", "--backend", "executorch", "--quantize", "8da4w"], "float only"),
     ("LlamaModel", ["--backend", "executorch"], "--cache in-place is a generation option"),
@@ -134,6 +122,7 @@ def test_the_export_help_names_the_cache_modes():
 
     run = CliRunner().invoke(main, ["export", "--help"])
     assert "--cache [dynamic|in-place]" in run.output and "mutable buffers" in run.output
+    assert "GroupQueryAttention" in run.output
 
 
 def test_exportbot_generate_runs_the_in_place_bundle_unchanged(in_place_bundle):

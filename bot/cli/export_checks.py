@@ -59,9 +59,8 @@ def check_generation_request(backend: str, out_dir: Path | None, *, et_backend: 
     for flag, given in (("--no-optimize", no_optimize), ("--ort-fusions", ort_fusions)):
         if given and backend != "onnx":
             raise UsageProblem(f"{flag} is an ONNX option; --backend is {backend}")
-    if cache == "in-place" and backend != "executorch":
-        raise UsageProblem(f"--cache in-place keeps the cache as ExecuTorch mutable buffers; --backend is {backend} "
-                           "(docs/generation.md: what the ONNX side lacks)")
+    if cache == "in-place" and backend not in ("executorch", "onnx"):
+        raise UsageProblem(f"--cache in-place serves --backend executorch or onnx; --backend is {backend}")
     check_without(without, backend, et_backend or "xnnpack")
 
 

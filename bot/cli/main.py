@@ -112,8 +112,9 @@ def quiet_library_logs() -> None:
                    "attention where matched), validated like any export; runs in ONNX Runtime only.")
 @click.option("--cache", type=SuggestingChoice(["dynamic", "in-place"]), default=None,
               help="Generation tasks: how the KV cache is held. dynamic: flat tensors into and out of every step; "
-                   "in-place (ExecuTorch, batch 1, full-attention decoders): mutable buffers of one method, "
-                   "updated in place, so a step feeds only its token [default: dynamic].")
+                   "in-place (batch 1, full-attention decoders): one step whose cache is written in place, so a "
+                   "step feeds only its token; ExecuTorch: mutable buffers of the method; ONNX: "
+                   "GroupQueryAttention's past/present bound to one buffer [default: dynamic].")
 @click.option("--et-backend", type=SuggestingChoice(["xnnpack", "cuda"]), default=None,
               help="ExecuTorch delegate [default: xnnpack]; cuda needs a GPU.")
 @click.option("--without", multiple=True, metavar="NAME",
@@ -157,6 +158,7 @@ def export_command(model: str, backend: str, task: str | None, dynamic: bool, ou
       exportbot export LlamaModel --dynamic-dim input_ids:1:2:32 --dynamic-dim attention_mask:1:2:32
       exportbot export LlamaForCausalLM --task text-generation --backend onnx --ort-fusions
       exportbot export LlamaForCausalLM --task text-generation --backend executorch --cache in-place
+      exportbot export LlamaForCausalLM --task text-generation --backend onnx --cache in-place
       exportbot export LlamaForCausalLM --backend executorch --quantize 8da4w --group-size 64
       exportbot export ./ckpt --task text-generation --backend onnx --quantize int4 --min-equal-tokens 8
     """

@@ -17,6 +17,8 @@ range is an interval and the cache grows by one per step), and then feeds the ru
   ``.pt2`` program through the loader).
 * an in-place bundle (``InPlaceSession``, ``generation.cache == "in-place"``: exporters.generation.inplace): one
   ExecuTorch method whose cache is its own mutable buffers; a step feeds only its tokens and their positions.
+* an ONNX in-place bundle (``OrtInPlaceSession``, exporters.generation.gqa): one ONNX Runtime step whose cache
+  inputs and outputs are bound to the same buffers (``GroupQueryAttention`` writes them in place).
 
 ``prefill(prompt, fixed, steps)`` returns the last position's logits ``[batch, vocab]``; ``decode(tokens)`` takes
 the chosen tokens ``[batch]`` (int64) and returns the next logits. Both are numpy arrays the caller owns.
@@ -30,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["ComponentSession", "InPlaceSession", "OrtSession", "check_decode_steps", "open_session"]
+__all__ = ["ComponentSession", "InPlaceSession", "OrtInPlaceSession", "OrtSession", "check_decode_steps", "open_session"]
 
 Component = Callable[..., Mapping[str, torch.Tensor]]
 
@@ -195,6 +197,25 @@ def _raw(component: Any) -> Component:
     return lambda **feed: dict(zip(outputs, runner(feed)))
 
 
+def check_in_place_prompt(component: Any, layout: Mapping[str, Any], prompt: Mapping[str, torch.Tensor], steps: int,
+                          cache: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+    """The prompt's ``input_ids`` once an in-place bundle's checks pass: batch 1, unpadded, the first and the
+    last step inside the component's manifest and ``max_cache_len`` (``cache``: the cache inputs the step also
+    takes, as meta tensors, on ONNX)."""
+    ids, mask = prompt["input_ids"], prompt["attention_mask"]
+    if ids.shape[0] != 1 or not bool(mask.all()):
+        raise ValueError(f"an in-place bundle generates for one unpadded prompt; got batch {ids.shape[0]}"
+                         + ("" if bool(mask.all()) else " with padding"))
+    length = ids.shape[1]
+    last = length + max(steps - 1, 0)
+    for tokens, position in ((ids, torch.arange(length)), (ids[:, :1], torch.tensor([last]))):
+        component.check_inputs({"input_ids": tokens, "cache_position": position, **(cache or {})})
+    if last >= layout["max_cache_len"]:
+        raise ValueError(f"prompt {length} + {steps} new tokens exceed the bundle's max_cache_len "
+                         f"{layout['max_cache_len']}")
+    return ids
+
+
 class InPlaceSession:
     """An in-place bundle's ``step`` method: the prompt at positions ``0 .. n-1``, then one token a step at the
     next position; the cache never leaves the runtime (module docstring). Batch 1 and unpadded prompts, as the
@@ -209,19 +230,9 @@ class InPlaceSession:
         self.position = torch.zeros(1, dtype=torch.long)
 
     def prefill(self, prompt: Mapping[str, torch.Tensor], fixed: Mapping[str, torch.Tensor], steps: int) -> np.ndarray:
-        ids, mask = prompt["input_ids"], prompt["attention_mask"]
-        if ids.shape[0] != 1 or not bool(mask.all()):
-            raise ValueError(f"an in-place bundle generates for one unpadded prompt; got batch {ids.shape[0]}"
-                             + ("" if bool(mask.all()) else " with padding"))
-        length = ids.shape[1]
-        last = length + max(steps - 1, 0)
-        for tokens, position in ((ids, torch.arange(length)), (self.tokens, torch.tensor([last]))):
-            self.component.check_inputs({"input_ids": tokens, "cache_position": position})
-        if last >= self.layout["max_cache_len"]:
-            raise ValueError(f"prompt {length} + {steps} new tokens exceed the bundle's max_cache_len "
-                             f"{self.layout['max_cache_len']}")
-        self.position[0] = length - 1
-        return self._run(ids.contiguous(), torch.arange(length))
+        ids = check_in_place_prompt(self.component, self.layout, prompt, steps)
+        self.position[0] = ids.shape[1] - 1
+        return self._run(ids.contiguous(), torch.arange(ids.shape[1]))
 
     def decode(self, tokens: np.ndarray) -> np.ndarray:
         self.tokens[0, 0] = int(tokens[0])
@@ -233,10 +244,65 @@ class InPlaceSession:
         return self.method.execute([ids, positions])[0].numpy().copy()
 
 
-def open_session(bundle: Any) -> ComponentSession | OrtSession | InPlaceSession:
+class OrtInPlaceSession:
+    """An ONNX in-place bundle's ``step`` session (exporters.generation.gqa): one I/O binding whose ``past_*``
+    inputs and ``present_*`` outputs are the same preallocated OrtValues (zeros when the session opens), which
+    ``GroupQueryAttention`` writes at the step's positions, so no step copies the cache. The token, its position
+    and the logits are numpy arrays wrapped once (an OrtValue over a CPU numpy array shares its memory): a
+    decode step writes two numbers and runs; only the prompt's ``input_ids`` and positions are bound anew."""
+
+    def __init__(self, bundle: Any):
+        import onnxruntime as ort
+
+        self.ort = ort
+        self.layout = bundle.metadata.generation
+        self.component = bundle.components["step"]
+        self.session = self.component.runner.session
+        self.binding = self.session.io_binding()
+        self.buffers = {}
+        for row in self.layout["cache_tensors"]:
+            buffer = ort.OrtValue.ortvalue_from_numpy(np.zeros(row["size"], dtype=np.float32))
+            self.binding.bind_ortvalue_input(row["input"], buffer)
+            self.binding.bind_ortvalue_output(row["output"], buffer)
+            self.buffers[row["input"]] = buffer
+        logits = next(o for o in self.session.get_outputs() if o.name == "logits")
+        self.logits = np.zeros(logits.shape, dtype=np.float32)
+        self.binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(self.logits))
+        self.tokens = np.zeros((1, 1), dtype=np.int64)
+        self.position = np.zeros(1, dtype=np.int64)
+        self.step_values = [ort.OrtValue.ortvalue_from_numpy(a) for a in (self.tokens, self.position)]
+        self.cache_meta = {name: torch.empty(row["size"], device="meta")
+                           for name, row in zip(self.buffers, self.layout["cache_tensors"])}
+
+    def prefill(self, prompt: Mapping[str, torch.Tensor], fixed: Mapping[str, torch.Tensor], steps: int) -> np.ndarray:
+        ids = check_in_place_prompt(self.component, self.layout, prompt, steps, self.cache_meta)
+        self.position[0] = ids.shape[1] - 1
+        prompt_values = (ids.contiguous().numpy(), np.arange(ids.shape[1], dtype=np.int64))
+        logits = self._run(*(self.ort.OrtValue.ortvalue_from_numpy(a) for a in prompt_values))
+        self._bind(*self.step_values)  # every decode step from here: the persistent token and position
+        return logits
+
+    def decode(self, tokens: np.ndarray) -> np.ndarray:
+        self.tokens[0, 0] = tokens[0]
+        self.position += 1
+        self.session.run_with_iobinding(self.binding)
+        return self.logits.copy()
+
+    def _bind(self, ids: Any, positions: Any) -> None:
+        self.binding.bind_ortvalue_input("input_ids", ids)
+        self.binding.bind_ortvalue_input("cache_position", positions)
+
+    def _run(self, ids: Any, positions: Any) -> np.ndarray:
+        self._bind(ids, positions)
+        self.session.run_with_iobinding(self.binding)
+        return self.logits.copy()
+
+
+def open_session(bundle: Any) -> ComponentSession | OrtSession | InPlaceSession | OrtInPlaceSession:
     """The session for ``bundle``'s runtime (module docstring)."""
     if bundle.metadata.generation.get("cache") == "in-place":
-        return InPlaceSession(bundle)
+        on_ort = bundle.components["step"].spec.runtime == "onnxruntime"
+        return OrtInPlaceSession(bundle) if on_ort else InPlaceSession(bundle)
     decode = bundle.components["decode"]
     if decode.spec.runtime == "onnxruntime":
         return OrtSession(bundle)

@@ -319,7 +319,7 @@ def export_for_generation(
     check_supported(model)  # one clear reason before anything runs: no KV cache, state outside Cache
     if config.cache == IN_PLACE:  # what the in-place cache does not serve: one line, before any tracing
         check_in_place(model, inputs, backend, quantized=getattr(exporter.config, "quantize", None) is not None)
-        plans = plan_in_place(model, inputs, config.cache_len(model))
+        plans = plan_in_place(model, inputs, config.cache_len(model), backend)
         layout = in_place_layout(model, plans, config.cache_len(model), backend)
     else:
         plans = plan_components(model, inputs, config, backend)

@@ -42,6 +42,7 @@ import torch
 from torch.export import Dim
 from transformers.cache_utils import StaticLayer
 
+from exporters.generation.attention import named_attention, probe_cache
 from exporters.generation.components import (
     DECODER_ONLY,
     IMAGE_INPUT,
@@ -55,6 +56,9 @@ from exporters.generation.components import (
 __all__ = ["InPlaceStep", "InPlaceUnsupported", "check_in_place", "in_place_layout", "plan_in_place"]
 
 STEP = "step"  # the component's name: one method for the prompt and every decode step
+# ExecuTorch: the cache as the program's mutable buffers (this module); ONNX Runtime: the cache as inputs and
+# outputs of GroupQueryAttention that the loop binds to one buffer (exporters.generation.gqa).
+IN_PLACE_BACKENDS = ("executorch", "onnx")
 
 
 class InPlaceUnsupported(ValueError):
@@ -67,9 +71,9 @@ def check_in_place(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], b
     exporter quantizes (not validated with the custom ops: refused rather than shipped untested)."""
     from transformers import StaticCache
 
-    if backend != "executorch":
-        raise InPlaceUnsupported(f"--cache in-place keeps the cache as ExecuTorch mutable buffers; --backend is "
-                                 f"{backend} (use --cache dynamic)")
+    if backend not in IN_PLACE_BACKENDS:
+        raise InPlaceUnsupported(f"--cache in-place serves --backend executorch (mutable buffers) or onnx "
+                                 f"(GroupQueryAttention's shared buffer); --backend is {backend} (use --cache dynamic)")
     if quantized:
         raise InPlaceUnsupported("--cache in-place is float only for now: --quantize with it is not validated "
                                  "(use --cache dynamic)")
@@ -147,9 +151,7 @@ class InPlaceStep(torch.nn.Module):
         AttentionInterface.register(ATTENTION, custom_sdpa_attention)
         self.model = model
         self.max_cache_len = max_cache_len
-        probe = StaticCache(config=model.config, max_cache_len=max_cache_len)
-        with torch.no_grad():
-            model(input_ids=torch.zeros(1, 1, dtype=torch.long), past_key_values=probe, use_cache=True)
+        probe = probe_cache(model, max_cache_len)
         self.cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
         self.cache.layers = [SequenceMajorLayer(max_cache_len) for _ in probe.layers]
         for index, (layer, shaped) in enumerate(zip(self.cache.layers, probe.layers)):
@@ -170,32 +172,38 @@ class InPlaceStep(torch.nn.Module):
         start = cache_position[0].item()
         torch._check_is_size(start)
         torch._check(start + input_ids.shape[1] <= self.max_cache_len)
-        config = self.model.config
-        own, config._attn_implementation = config._attn_implementation, ATTENTION
-        token = _STEP_START.set(start)
-        try:
+        with named_attention(self.model, ATTENTION, _STEP_START, start):
             out = self.model(input_ids=input_ids, past_key_values=self.cache, position_ids=cache_position[None, :],
                              use_cache=True, logits_to_keep=1)
-        finally:
-            _STEP_START.reset(token)
-            config._attn_implementation = own
         return {"logits": out.logits[:, -1, :]}
 
 
-def plan_in_place(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], longest: int) -> list[Any]:
+def plan_in_place(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], longest: int,
+                  backend: str = "executorch") -> list[Any]:
     """The one component of an in-place bundle: its samples are prompts from position 0 (the prompt, two tokens
     shorter, one token), so each validation call is a function of its inputs alone; decode positions are covered
-    by the token-for-token check, which runs the loaded method as ``generate()`` does."""
-
-    def prompt(ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"input_ids": ids, "cache_position": torch.arange(ids.shape[1])}
+    by the token-for-token check, which runs the loaded method as ``generate()`` does. On ONNX the step also
+    takes the cache (``past_*``, zeros from position 0; static shapes) and returns it (``present_*``)."""
+    from exporters.generation.gqa import GqaInPlaceStep, gqa_step_inputs
 
     ids = inputs["input_ids"]
     if ids.shape[1] < 4:
         raise InPlaceUnsupported("--cache in-place: sample prompts must be at least 4 tokens long (--sequence-length)")
     sequence = Dim("sequence", min=1, max=longest)
-    spec = {"input_ids": {1: sequence}, "cache_position": {0: sequence}}
-    step = InPlaceStep(model, longest).eval()
+    spec: dict[str, Any] = {"input_ids": {1: sequence}, "cache_position": {0: sequence}}
+    if backend == "onnx":
+        step: torch.nn.Module = GqaInPlaceStep(model, longest).eval()
+
+        def prompt(ids: torch.Tensor) -> dict[str, Any]:
+            return gqa_step_inputs(step, ids)
+
+        spec |= {name: None for name in step.zero_cache()}
+    else:
+        step = InPlaceStep(model, longest).eval()
+
+        def prompt(ids: torch.Tensor) -> dict[str, Any]:
+            return {"input_ids": ids, "cache_position": torch.arange(ids.shape[1])}
+
     return [ComponentPlan(STEP, step, prompt(ids), spec, prompt(ids[:, 2:]),
                           smaller_inputs=[("one-token prompt", prompt(ids[:, :1]))])]
 
@@ -203,6 +211,8 @@ def plan_in_place(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], lo
 def in_place_layout(model: torch.nn.Module, plans: list[Any], max_cache_len: int, backend: str) -> dict[str, Any]:
     """The ``generation`` section of an in-place bundle's ``export.json`` (docs/export-format.md)."""
     step = plans[0].module
+    if backend == "onnx":
+        return _onnx_layout(model, step, max_cache_len)
     layers = step.cache.layers
     return {
         "kind": "decoder-only",
@@ -225,4 +235,36 @@ def in_place_layout(model: torch.nn.Module, plans: list[Any], max_cache_len: int
         "eos_token_id": _eos(model),
         "pad_token_id": _pad(model),
         "backend": backend,
+    }
+
+
+def _onnx_layout(model: torch.nn.Module, step: Any, max_cache_len: int) -> dict[str, Any]:
+    """An ONNX in-place bundle's ``generation`` section: the cache is the step's ``past_*`` inputs and
+    ``present_*`` outputs, which the loop binds to one buffer each (exporters.generation.gqa)."""
+    from exporters.generation.gqa import gqa_cache_tensors
+
+    (key_shape, value_shape) = step.shapes[0]
+    return {
+        "kind": "decoder-only",
+        "cache": IN_PLACE,
+        "components": [STEP],
+        "layers": len(step.shapes),
+        "max_cache_len": max_cache_len,
+        "batch": "static",
+        "batch_size": 1,
+        "cache_layers": ["StaticLayer"] * len(step.shapes),
+        "cache_buffers": {
+            "names": "past_key_{layer}, past_value_{layer}: [batch, kv_heads, max_cache_len, head_dim]",
+            "key_shape": list(key_shape), "value_shape": list(value_shape),
+            "where": "inputs past_* and outputs present_* of GroupQueryAttention, bound to the same buffer "
+                     "(ONNX Runtime I/O binding): written in place at the step's positions",
+        },
+        "cache_tensors": gqa_cache_tensors(step),
+        "step_inputs": "input_ids [1, n], cache_position [n] and the bound past_*: the prompt at 0..n-1, then "
+                       "one token a step",
+        "logits": "logits: [batch, vocab], last position only",
+        "position_ids": "cache_position",
+        "eos_token_id": _eos(model),
+        "pad_token_id": _pad(model),
+        "backend": "onnx",
     }

@@ -310,3 +310,41 @@ def _aten_searchsorted(
     after = op.Greater(entries, values) if right or side == "right" else op.GreaterOrEqual(entries, values)
     index = ir.DataType.INT32 if out_int32 else ir.DataType.INT64
     return op.ReduceSum(op.Cast(op.Not(after), to=index), op.Constant(value_ints=[-1]), keepdims=0)
+
+
+# ── Our own ops: not workarounds, the ONNX form of an op the exporters define ──
+def _own_translation(op: Any) -> Callable:
+    """Put ``op``'s translation in the table under its function's name, with no workaround announced: the op
+    is ours (exporters.generation), its ONNX form is its definition, not a backend bug's repair."""
+
+    def decorate(function: Callable) -> Callable:
+        _ONNX_TRANSLATION_TABLE[op] = function
+        _TRANSLATION_NAMES[op] = function.__name__
+        return function
+
+    return decorate
+
+
+def _gqa_op() -> Any:
+    from exporters.generation.gqa import group_query_attention  # noqa: F401  (defines the op)
+
+    return torch.ops.exportbot.group_query_attention.default
+
+
+@_own_translation(_gqa_op())
+def _group_query_attention(query: Any, key: Any, value: Any, past_key: Any, past_value: Any, seqlens_k: Any,
+                           total_sequence_length: Any, num_heads: int, kv_num_heads: int, scale: float) -> Any:
+    """``exportbot::group_query_attention`` is ONNX Runtime's ``com.microsoft.GroupQueryAttention`` in its
+    shared-buffer form, rotary left to the model (``do_rotary=0``): the op's eager kernel computes what the node
+    does (exporters.generation.gqa), so the translation is the node itself."""
+    from onnxscript._internal import evaluator
+
+    # No onnx schema exists for a com.microsoft op, so onnxscript's Opset cannot call it: the node is built
+    # directly and recorded on torch.onnx's graph recorder (the evaluator the translation is traced under).
+    node = ir.Node("com.microsoft", "GroupQueryAttention",
+                   [query, key, value, past_key, past_value, seqlens_k, total_sequence_length],
+                   attributes=[ir.AttrInt64("num_heads", num_heads), ir.AttrInt64("kv_num_heads", kv_num_heads),
+                               ir.AttrFloat32("scale", scale), ir.AttrInt64("do_rotary", 0)],
+                   num_outputs=3, version=1)
+    evaluator.default().nodes.append(node)
+    return tuple(node.outputs)
