@@ -162,24 +162,25 @@ def check_quantized_generation(bundle: Any, inputs: dict[str, torch.Tensor], max
     exported = bundle.generate(**inputs, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens)
     forced = forced_logits(session_of(bundle), layout, inputs, tokens)
     grid = [output_step(step_logits) for step_logits in logits]
+    flips = [envelope.get(f"step {step}", 0.0) for step in range(len(grid))]
+    allowed = [flip_tolerance(one, flip) for one, flip in zip(grid, flips)]
     mask = inputs.get("attention_mask")
     check = GenerationCheck(
         PASS, "", max_new_tokens, int(tokens.shape[0]), [int(v) for v in mask.sum(-1)] if mask is not None else [],
         logits_steps=[round(one, 6) for one in grid],
-        envelope_steps=[round(envelope.get(f"step {step}", 0.0) / one, 4) if one else 0.0 for step, one in enumerate(grid)],
+        envelope_steps=[round(flip / one, 4) if one else 0.0 for one, flip in zip(grid, flips)],
         eager_tokens=tokens.tolist(), exported_tokens=exported.tokens.tolist(), eager_generate_seconds=round(seconds, 4),
         exported_decode_tokens_per_second=round(exported.decode_tokens_per_second, 2), max_logits_diff=0.0)
     for step, ((_name, actual), expected) in enumerate(zip(forced, logits)):
         diff = (expected.double() - actual.double()).abs()
         check.max_logits_diff = max(check.max_logits_diff, float(diff.max()))
-        flips = flip_tolerance(grid[step], envelope.get(f"step {step}", 0.0))
-        beyond = diff > LOGITS_ATOL + LOGITS_RTOL * expected.double().abs() + flips
+        beyond = diff > LOGITS_ATOL + LOGITS_RTOL * expected.double().abs() + allowed[step]
         if beyond.any():
             row = int(beyond.any(-1).nonzero()[0])
             return dataclasses.replace(
                 check, status=MISMATCH, first_mismatch={"step": step, "row": row},
                 detail=f"logits off at step {step}, row {row} by more than max(one 8-bit step of theirs "
-                       f"{grid[step]:.3g}, {FLIP_MARGIN:g}x their flip envelope) = {flips:.3g}: max abs diff "
+                       f"{grid[step]:.3g}, {FLIP_MARGIN:g}x their flip envelope) = {allowed[step]:.3g}: max abs diff "
                        f"{float(diff.max()):.3g} (the bundle fed the references' tokens)")
     if degenerate(tokens):
         return dataclasses.replace(check, status=INCONCLUSIVE, detail="the references' greedy path repeats one token "
@@ -196,7 +197,7 @@ def check_quantized_generation(bundle: Any, inputs: dict[str, torch.Tensor], max
     return dataclasses.replace(check, detail=(
         f"the bundle's own greedy tokens leave the references' at step {step}, row {row}, where the references' "
         f"logits of the two tokens are {gap:.3g} apart and each may move by "
-        f"{flip_tolerance(grid[step], envelope.get(f'step {step}', 0.0)):.3g}: a near-tie; teacher-forced on the "
+        f"{allowed[step]:.3g}: a near-tie; teacher-forced on the "
         f"references' tokens, {within}"))
 
 

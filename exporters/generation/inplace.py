@@ -209,62 +209,49 @@ def plan_in_place(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], lo
 
 
 def in_place_layout(model: torch.nn.Module, plans: list[Any], max_cache_len: int, backend: str) -> dict[str, Any]:
-    """The ``generation`` section of an in-place bundle's ``export.json`` (docs/export-format.md)."""
+    """The ``generation`` section of an in-place bundle's ``export.json`` (docs/export-format.md): the same for
+    both backends but for where the cache lives (ExecuTorch: mutable buffers of the program; ONNX: the step's
+    ``past_*`` inputs and ``present_*`` outputs, which the loop binds to one buffer each, exporters.generation.gqa)."""
     step = plans[0].module
     if backend == "onnx":
-        return _onnx_layout(model, step, max_cache_len)
-    layers = step.cache.layers
+        from exporters.generation.gqa import gqa_cache_tensors
+
+        (key_shape, value_shape) = step.shapes[0]
+        layer_types = ["StaticLayer"] * len(step.shapes)
+        buffers = {
+            "names": "past_key_{layer}, past_value_{layer}: [batch, kv_heads, max_cache_len, head_dim]",
+            "key_shape": list(key_shape), "value_shape": list(value_shape),
+            "where": "inputs past_* and outputs present_* of GroupQueryAttention, bound to the same buffer "
+                     "(ONNX Runtime I/O binding): written in place at the step's positions",
+        }
+        cache_tensors = gqa_cache_tensors(step)
+        step_inputs = ("input_ids [1, n], cache_position [n] and the bound past_*: the prompt at 0..n-1, then "
+                       "one token a step")
+    else:
+        layers = step.cache.layers
+        layer_types = [type(layer).__name__ for layer in layers]
+        buffers = {
+            "names": "key_cache_{layer}, value_cache_{layer}: [batch, max_cache_len, kv_heads, head_dim]",
+            "key_shape": list(layers[0].keys.shape), "value_shape": list(layers[0].values.shape),
+            "where": "mutable buffers of the program, updated in place: neither inputs nor outputs",
+        }
+        cache_tensors = []
+        step_inputs = "input_ids [1, n] and cache_position [n]: the prompt at 0..n-1, then one token a step"
     return {
         "kind": "decoder-only",
         "cache": IN_PLACE,
         "components": [STEP],
-        "layers": len(layers),
+        "layers": len(layer_types),
         "max_cache_len": max_cache_len,
         "batch": "static",
         "batch_size": 1,
-        "cache_layers": [type(layer).__name__ for layer in layers],
-        "cache_buffers": {
-            "names": "key_cache_{layer}, value_cache_{layer}: [batch, max_cache_len, kv_heads, head_dim]",
-            "key_shape": list(layers[0].keys.shape), "value_shape": list(layers[0].values.shape),
-            "where": "mutable buffers of the program, updated in place: neither inputs nor outputs",
-        },
-        "cache_tensors": [],
-        "step_inputs": "input_ids [1, n] and cache_position [n]: the prompt at 0..n-1, then one token a step",
+        "cache_layers": layer_types,
+        "cache_buffers": buffers,
+        "cache_tensors": cache_tensors,
+        "step_inputs": step_inputs,
         "logits": "logits: [batch, vocab], last position only",
         "position_ids": "cache_position",
         "eos_token_id": _eos(model),
         "pad_token_id": _pad(model),
         "backend": backend,
-    }
-
-
-def _onnx_layout(model: torch.nn.Module, step: Any, max_cache_len: int) -> dict[str, Any]:
-    """An ONNX in-place bundle's ``generation`` section: the cache is the step's ``past_*`` inputs and
-    ``present_*`` outputs, which the loop binds to one buffer each (exporters.generation.gqa)."""
-    from exporters.generation.gqa import gqa_cache_tensors
-
-    (key_shape, value_shape) = step.shapes[0]
-    return {
-        "kind": "decoder-only",
-        "cache": IN_PLACE,
-        "components": [STEP],
-        "layers": len(step.shapes),
-        "max_cache_len": max_cache_len,
-        "batch": "static",
-        "batch_size": 1,
-        "cache_layers": ["StaticLayer"] * len(step.shapes),
-        "cache_buffers": {
-            "names": "past_key_{layer}, past_value_{layer}: [batch, kv_heads, max_cache_len, head_dim]",
-            "key_shape": list(key_shape), "value_shape": list(value_shape),
-            "where": "inputs past_* and outputs present_* of GroupQueryAttention, bound to the same buffer "
-                     "(ONNX Runtime I/O binding): written in place at the step's positions",
-        },
-        "cache_tensors": gqa_cache_tensors(step),
-        "step_inputs": "input_ids [1, n], cache_position [n] and the bound past_*: the prompt at 0..n-1, then "
-                       "one token a step",
-        "logits": "logits: [batch, vocab], last position only",
-        "position_ids": "cache_position",
-        "eos_token_id": _eos(model),
-        "pad_token_id": _pad(model),
-        "backend": "onnx",
     }

@@ -36,7 +36,7 @@ import torch
 from exporters.validation import named_tensors
 
 GRID = 255  # an 8-bit grid: the activations' own quantization
-FLIP_SEEDS = (0, 1, 2)  # draws of the one-ulp nudge; the envelope is their largest change
+FLIP_SEEDS = (0, 1, 2)  # the first draws of the one-ulp nudge; the envelope waits for this many that flip a code
 # A draw that flips no code changes the outputs by float rounding only (~1e-7 of a step); one that flips one moves
 # some element by a fraction of a step at least. Where few activations are quantized (a decode step of 2 tokens:
 # 2 x 512 per layer), most draws flip nothing: drawing goes on until FLIP_SEEDS draws flipped, at most MAX_DRAWS.
