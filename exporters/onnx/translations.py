@@ -331,20 +331,33 @@ def _gqa_op() -> Any:
     return torch.ops.exportbot.group_query_attention.default
 
 
+def _gqa_node() -> Any:
+    """ONNX Runtime's ``com.microsoft.GroupQueryAttention`` as an onnxscript op. onnx registers no schema for
+    ONNX Runtime's own ops, so onnxscript cannot look it up: the schema is declared here with the inputs,
+    outputs and attributes the shared-buffer form uses (onnxruntime docs/ContribOperators.md)."""
+    from onnx.defs import OpSchema
+    from onnxscript.values import Op, Opset
+
+    tensor, attribute = OpSchema.FormalParameter, OpSchema.Attribute
+    schema = OpSchema(
+        "GroupQueryAttention", "com.microsoft", 1,
+        inputs=[tensor(name, "T") for name in ("query", "key", "value", "past_key", "past_value")]
+        + [tensor(name, "M") for name in ("seqlens_k", "total_sequence_length")],
+        outputs=[tensor(name, "T") for name in ("output", "present_key", "present_value")],
+        type_constraints=[("T", ["tensor(float)"], "activations and cache"), ("M", ["tensor(int32)"], "lengths")],
+        attributes=[attribute("num_heads", OpSchema.AttrType.INT, ""), attribute("kv_num_heads", OpSchema.AttrType.INT, ""),
+                    attribute("scale", OpSchema.AttrType.FLOAT, ""), attribute("do_rotary", OpSchema.AttrType.INT, "")])
+    return Op(Opset("com.microsoft", 1), "GroupQueryAttention", op_schema=schema)
+
+
+_GROUP_QUERY_ATTENTION = _gqa_node()
+
+
 @_own_translation(_gqa_op())
 def _group_query_attention(query: Any, key: Any, value: Any, past_key: Any, past_value: Any, seqlens_k: Any,
                            total_sequence_length: Any, num_heads: int, kv_num_heads: int, scale: float) -> Any:
     """``exportbot::group_query_attention`` is ONNX Runtime's ``com.microsoft.GroupQueryAttention`` in its
     shared-buffer form, rotary left to the model (``do_rotary=0``): the op's eager kernel computes what the node
     does (exporters.generation.gqa), so the translation is the node itself."""
-    from onnxscript._internal import evaluator
-
-    # No onnx schema exists for a com.microsoft op, so onnxscript's Opset cannot call it: the node is built
-    # directly and recorded on torch.onnx's graph recorder (the evaluator the translation is traced under).
-    node = ir.Node("com.microsoft", "GroupQueryAttention",
-                   [query, key, value, past_key, past_value, seqlens_k, total_sequence_length],
-                   attributes=[ir.AttrInt64("num_heads", num_heads), ir.AttrInt64("kv_num_heads", kv_num_heads),
-                               ir.AttrFloat32("scale", scale), ir.AttrInt64("do_rotary", 0)],
-                   num_outputs=3, version=1)
-    evaluator.default().nodes.append(node)
-    return tuple(node.outputs)
+    return _GROUP_QUERY_ATTENTION(query, key, value, past_key, past_value, seqlens_k, total_sequence_length,
+                                  num_heads=num_heads, kv_num_heads=kv_num_heads, scale=scale, do_rotary=0)
